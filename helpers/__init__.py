@@ -1,0 +1,12 @@
+"""Shared, unit-tested helpers for the course notebooks.
+
+Each module has one job (see DESIGN.md, "one room per concern"); import the module you
+need, e.g. ``from helpers import profiles, data, models, training, measure``.
+Importing this package is cheap: it loads no module until you ask for it.
+"""
+
+__all__ = [
+    "profiles", "devices", "system", "data", "models", "published",
+    "measure", "profiling", "plots", "training",
+]
+__version__ = "0.1.0"

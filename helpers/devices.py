@@ -1,0 +1,146 @@
+"""One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple).
+
+``get_device("auto")`` picks the best device present; ``synchronize`` waits for queued
+work before a clock is read; ``memory_stats`` and ``autocast_dtypes`` answer the
+questions every chapter asks of a device.
+"""
+
+from __future__ import annotations
+
+import torch
+
+KNOWN_DEVICES: tuple[str, ...] = ("cpu", "cuda", "xpu", "mps")
+_PREFERENCE: tuple[str, ...] = ("cuda", "xpu", "mps", "cpu")
+
+
+class DeviceError(RuntimeError):
+    """A device that is unknown or not present on this machine."""
+
+
+def is_available(kind: str) -> bool:
+    """True when a device of this kind (cpu, cuda, xpu, mps) can be used here."""
+    if kind == "cpu":
+        return True
+    if kind == "cuda":
+        return torch.cuda.is_available()
+    if kind == "xpu":
+        return hasattr(torch, "xpu") and torch.xpu.is_available()
+    if kind == "mps":
+        return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
+    return False
+
+
+def available_devices() -> list[str]:
+    """Kinds of device present on this machine, best first (cpu is always last)."""
+    return [kind for kind in _PREFERENCE if is_available(kind)]
+
+
+def get_device(name: str | None = "auto") -> torch.device:
+    """Return a ``torch.device`` for ``name`` ('auto', 'cpu', 'cuda', 'cuda:1', 'xpu', 'mps').
+
+    Raises DeviceError with what to do when the name is unknown or the device absent.
+    """
+    name = (name or "auto").strip().lower()
+    if name == "auto":
+        return torch.device(available_devices()[0])
+    kind = name.split(":", 1)[0]
+    if kind not in KNOWN_DEVICES:
+        raise DeviceError(
+            f"Unknown device {name!r}. Use 'auto' or one of {', '.join(KNOWN_DEVICES)} "
+            "(optionally with an index, e.g. 'cuda:1')."
+        )
+    if not is_available(kind):
+        hints = {
+            "cuda": "install a CUDA build of PyTorch and an NVIDIA driver",
+            "xpu": "install PyTorch from the xpu wheel index and Intel's GPU driver (see chapter 12)",
+            "mps": "use an Apple-silicon Mac with a recent macOS",
+        }
+        raise DeviceError(
+            f"Device {name!r} is not available on this machine "
+            f"(present: {', '.join(available_devices())}). To use it, {hints[kind]}; "
+            "or pick 'auto'."
+        )
+    device = torch.device(name)
+    if device.index is not None:
+        count = {"cuda": torch.cuda.device_count, "xpu": lambda: torch.xpu.device_count()}.get(kind)
+        if count is not None and device.index >= count():
+            raise DeviceError(f"Device {name!r} does not exist: this machine has {count()} {kind} device(s).")
+    return device
+
+
+def synchronize(device: torch.device | str) -> None:
+    """Wait until all queued work on ``device`` has finished (no-op on the CPU)."""
+    kind = torch.device(device).type
+    if kind == "cuda":
+        torch.cuda.synchronize(device)
+    elif kind == "xpu":
+        torch.xpu.synchronize(device)
+    elif kind == "mps":
+        torch.mps.synchronize()
+
+
+def memory_stats(device: torch.device | str) -> dict[str, int]:
+    """Allocated and peak bytes on an accelerator; empty dict on the CPU (use psutil there)."""
+    device = torch.device(device)
+    module = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None)}.get(device.type)
+    if module is None:
+        if device.type == "mps":
+            return {"allocated": int(torch.mps.current_allocated_memory())}
+        return {}
+    return {
+        "allocated": int(module.memory_allocated(device)),
+        "peak_allocated": int(module.max_memory_allocated(device)),
+        "reserved": int(module.memory_reserved(device)),
+    }
+
+
+def reset_peak_memory(device: torch.device | str) -> None:
+    """Reset the peak-memory counter of an accelerator (no-op on cpu and mps)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    elif device.type == "xpu":
+        torch.xpu.reset_peak_memory_stats(device)
+
+
+def autocast_dtypes(device: torch.device | str) -> list[torch.dtype]:
+    """Low-precision dtypes that ``torch.autocast`` can use on this device.
+
+    Being accepted is not being fast: on a CPU without AVX-512-BF16/AMX, bf16 runs but is
+    emulated and usually slower than fp32 (see ``helpers.system.cpu_bf16_support``).
+    """
+    device = torch.device(device)
+    if device.type == "cpu":
+        return [torch.bfloat16, torch.float16]
+    if device.type == "cuda":
+        dtypes = [torch.float16]
+        if torch.cuda.is_bf16_supported():
+            dtypes.append(torch.bfloat16)
+        return dtypes
+    if device.type == "xpu":
+        dtypes = [torch.bfloat16] if torch.xpu.is_bf16_supported() else []
+        return dtypes + [torch.float16]
+    if device.type == "mps":
+        return [torch.float16]
+    return []
+
+
+def grad_scaler_supported(device: torch.device | str) -> bool:
+    """Whether ``torch.amp.GradScaler`` works on the device (it needs FP64 on xpu)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return True
+    if device.type == "xpu":
+        props = torch.xpu.get_device_properties(device)
+        return bool(getattr(props, "has_fp64", False))
+    return device.type == "cpu"
+
+
+def describe(device: torch.device | str) -> str:
+    """Human-readable name of the device, e.g. 'cuda:0 (NVIDIA H100)' or 'cpu'."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return f"{device} ({torch.cuda.get_device_name(device)})"
+    if device.type == "xpu":
+        return f"{device} ({torch.xpu.get_device_name(device)})"
+    return str(device)

@@ -1,0 +1,100 @@
+"""The book's two CNNs, exactly, and a torchvision model factory with a class-count option.
+
+``book_cnn("fashionmnist")`` has 1,630,090 parameters (1,629,472 with ``bias=False``,
+1,758,858 with ``extra_hidden=256``); ``book_cnn("cifar10")`` has 2,122,186. Module names
+(``layer1.0``, ``layer2.0``, ``fc1``, ``fc2``) are stable so pruning masks can name them.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+TORCHVISION_MODELS: tuple[str, ...] = (
+    "alexnet", "densenet121", "efficientnet_b0", "efficientnet_b7", "mobilenet_v2",
+    "resnet18", "resnet50", "vgg16",
+)
+_ALIASES = {"mobilenet": "mobilenet_v2", "efficientnet": "efficientnet_b0"}
+
+
+class BookCNN(nn.Module):
+    """Two conv blocks (32 then 64 channels, 3x3, ReLU, max-pool 2) and two linear layers.
+
+    As in the book there is no activation between ``fc1`` and ``fc2``. ``extra_hidden``
+    inserts one more Linear(512, extra_hidden) before the head (the book's 1,758,858 model).
+    """
+
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
+                 bias: bool = True, extra_hidden: int | None = None):
+        super().__init__()
+        if image_size % 4:
+            raise ValueError("image_size must be divisible by 4 (two 2x2 max-pools)")
+        self.layer1 = nn.Sequential(
+            nn.Conv2d(in_channels, 32, kernel_size=3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2))
+        self.layer2 = nn.Sequential(
+            nn.Conv2d(32, 64, kernel_size=3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2))
+        flat = 64 * (image_size // 4) ** 2
+        self.fc1 = nn.Linear(flat, 512, bias=bias)
+        self.hidden = nn.Linear(512, extra_hidden, bias=bias) if extra_hidden else None
+        self.fc2 = nn.Linear(extra_hidden or 512, num_classes, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layer2(self.layer1(x))
+        x = self.fc1(torch.flatten(x, 1))
+        if self.hidden is not None:
+            x = self.hidden(x)
+        return self.fc2(x)
+
+
+def book_cnn(dataset: str = "fashionmnist", *, bias: bool = True, extra_hidden: int | None = None,
+             num_classes: int = 10) -> BookCNN:
+    """The book's CNN for ``fashionmnist`` (1x28x28) or ``cifar10`` (3x32x32)."""
+    shapes = {"fashionmnist": (1, 28), "cifar10": (3, 32)}
+    key = dataset.lower().replace("-", "").replace("_", "")
+    if key not in shapes:
+        raise ValueError(f"book_cnn knows {', '.join(shapes)}; got {dataset!r}")
+    channels, size = shapes[key]
+    return BookCNN(channels, size, num_classes, bias=bias, extra_hidden=extra_hidden)
+
+
+def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
+    """Number of (trainable) parameters."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def torchvision_model(name: str, num_classes: int = 10, weights: str | None = None) -> nn.Module:
+    """A torchvision classification model by name with ``num_classes`` outputs.
+
+    ``weights=None`` (default) builds random weights: no download. Pretrained weights
+    ('DEFAULT') need network access and always have the 1000-class ImageNet head, which is
+    then replaced by a fresh ``num_classes`` layer.
+    """
+    from torchvision import models as tvm
+
+    key = _ALIASES.get(name.lower(), name.lower())
+    if key not in TORCHVISION_MODELS:
+        raise ValueError(
+            f"Unknown model {name!r}. Choose one of {', '.join(TORCHVISION_MODELS)} "
+            f"(aliases: {', '.join(_ALIASES)})."
+        )
+    builder = getattr(tvm, key)
+    if weights is None:
+        return builder(weights=None, num_classes=num_classes)
+    model = builder(weights=weights)
+    if num_classes != 1000:
+        _replace_head(model, num_classes)
+    return model
+
+
+def _replace_head(model: nn.Module, num_classes: int) -> None:
+    for attr in ("fc", "classifier"):
+        head = getattr(model, attr, None)
+        if isinstance(head, nn.Linear):
+            setattr(model, attr, nn.Linear(head.in_features, num_classes))
+            return
+        if isinstance(head, nn.Sequential):
+            for i in range(len(head) - 1, -1, -1):
+                if isinstance(head[i], nn.Linear):
+                    head[i] = nn.Linear(head[i].in_features, num_classes)
+                    return
+    raise ValueError(f"Don't know how to replace the head of {type(model).__name__}")

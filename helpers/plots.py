@@ -1,0 +1,80 @@
+"""Matplotlib figures shared by several notebooks: speed-up bars, trade-off curves, scaling."""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import matplotlib
+
+matplotlib.use(matplotlib.get_backend())  # keep the notebook's inline backend
+import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+from .measure import Result  # noqa: E402
+
+
+def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: str = "",
+                 published: dict[str, float] | None = None) -> Figure:
+    """Bar chart of speed-up (baseline/variant) with min-max error bars, published beside it."""
+    if not results:
+        raise ValueError("no results to plot")
+    base = next((r for r in results if r.name == baseline), results[0])
+    b = base.stats.median
+    names = [r.name for r in results]
+    med = [b / r.stats.median for r in results]
+    lo = [m - b / r.stats.maximum for m, r in zip(med, results)]
+    hi = [b / r.stats.minimum - m for m, r in zip(med, results)]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    x = range(len(results))
+    width = 0.38 if published else 0.6
+    ax.bar([i - (width / 2 if published else 0) for i in x], med, width, yerr=[lo, hi], capsize=4,
+           label="yours (median, min-max)")
+    if published:
+        ax.bar([i + width / 2 for i in x], [published.get(n, 0.0) for n in names], width,
+               label="published", alpha=0.7)
+    ax.axhline(1.0, color="grey", lw=0.8)
+    ax.set_xticks(list(x), names, rotation=20, ha="right")
+    ax.set_ylabel(f"speed-up vs {base.name}")
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def tradeoff(xs: Sequence[float], ys: Sequence[float], labels: Sequence[str], *, xlabel: str, ylabel: str,
+             title: str = "", reference: tuple[Sequence[float], Sequence[float]] | None = None) -> Figure:
+    """Scatter + line of one quantity against another (e.g. time vs accuracy across a sweep)."""
+    if not (len(xs) == len(ys) == len(labels)):
+        raise ValueError("xs, ys and labels must have the same length")
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.plot(xs, ys, "o-", label="yours")
+    for x, y, t in zip(xs, ys, labels):
+        ax.annotate(t, (x, y), textcoords="offset points", xytext=(4, 4), fontsize=8)
+    if reference is not None:
+        ax.plot(reference[0], reference[1], "s--", alpha=0.7, label="published")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def phase_bars(phases: dict[str, float], title: str = "") -> Figure:
+    """Horizontal stacked bar of the share of each phase of a step (values in seconds)."""
+    if not phases:
+        raise ValueError("no phases to plot")
+    total = sum(phases.values()) or 1.0
+    fig, ax = plt.subplots(figsize=(7, 1.8))
+    left = 0.0
+    for name, v in phases.items():
+        share = 100 * v / total
+        ax.barh([0], [share], left=left, label=f"{name} {share:.0f}%")
+        left += share
+    ax.set_xlim(0, 100)
+    ax.set_yticks([])
+    ax.set_xlabel("% of step time")
+    ax.set_title(title)
+    ax.legend(ncol=len(phases), loc="upper center", bbox_to_anchor=(0.5, -0.5), frameon=False)
+    fig.tight_layout()
+    return fig

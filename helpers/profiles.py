@@ -1,0 +1,66 @@
+"""Run sizes (smoke / workshop / full) and the data-source switch.
+
+The size of every run in the course is chosen by one environment variable,
+``COURSE_PROFILE``:
+
+* ``smoke``    -- seconds per notebook on a 2-core CPU, tiny stand-in data (what CI runs);
+* ``workshop`` -- minutes per notebook on a laptop CPU (the default);
+* ``full``     -- the book's settings (hours, usually on a GPU).
+
+``pick(smoke=..., workshop=..., full=...)`` keeps notebooks readable: the settings are
+visible at the top of each notebook and the same notebook runs in every profile.
+
+Where the data comes from is a separate switch, ``COURSE_DATA`` (``real`` or
+``standin``). It defaults to ``standin`` in the smoke profile and ``real`` otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TypeVar
+
+T = TypeVar("T")
+
+PROFILES: tuple[str, ...] = ("smoke", "workshop", "full")
+DEFAULT_PROFILE = "workshop"
+DATA_SOURCES: tuple[str, ...] = ("real", "standin")
+
+
+class ProfileError(ValueError):
+    """An unknown value in COURSE_PROFILE or COURSE_DATA."""
+
+
+def current_profile() -> str:
+    """Return the active profile name from ``COURSE_PROFILE`` (default ``workshop``)."""
+    value = os.environ.get("COURSE_PROFILE", "").strip().lower() or DEFAULT_PROFILE
+    if value not in PROFILES:
+        raise ProfileError(
+            f"COURSE_PROFILE={value!r} is not a known profile. "
+            f"Use one of {', '.join(PROFILES)}, e.g. `export COURSE_PROFILE=smoke`."
+        )
+    return value
+
+
+def pick(*, smoke: T, workshop: T, full: T) -> T:
+    """Return the value given for the active profile."""
+    return {"smoke": smoke, "workshop": workshop, "full": full}[current_profile()]
+
+
+def data_source() -> str:
+    """Return ``'real'`` or ``'standin'`` from ``COURSE_DATA`` (default depends on profile)."""
+    value = os.environ.get("COURSE_DATA", "").strip().lower()
+    if not value:
+        return "standin" if current_profile() == "smoke" else "real"
+    if value not in DATA_SOURCES:
+        raise ProfileError(
+            f"COURSE_DATA={value!r} is not a known data source. "
+            f"Use one of {', '.join(DATA_SOURCES)}."
+        )
+    return value
+
+
+def describe() -> str:
+    """One line naming the profile and the data source, for notebook headers."""
+    source = data_source()
+    note = " (synthetic stand-in images, not the real dataset)" if source == "standin" else ""
+    return f"profile={current_profile()} data={source}{note}"

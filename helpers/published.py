@@ -1,0 +1,112 @@
+"""Published reference numbers (data/published/*.csv) and "published vs yours" tables.
+
+Each CSV row is one number with its source, chapter, experiment, variant, metric, unit and
+hardware. Comparisons are made as ratios against a baseline, because the hardware differs.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from .tables import Table
+
+PUBLISHED_DIR = Path(__file__).resolve().parent.parent / "data" / "published"
+
+
+@dataclass(frozen=True)
+class Number:
+    """One published number."""
+
+    source: str
+    chapter: int
+    experiment: str
+    variant: str
+    metric: str
+    value: float
+    unit: str
+    hardware: str
+    note: str
+
+
+def load(name: str = "book", directory: Path | None = None) -> list[Number]:
+    """All rows of ``data/published/<name>.csv`` ('book', 'arc_blog', 'dlprimitives')."""
+    directory = directory or PUBLISHED_DIR
+    path = directory / f"{name}.csv"
+    if not path.exists():
+        names = sorted(p.stem for p in directory.glob("*.csv"))
+        raise FileNotFoundError(
+            f"No published table {name!r} in {directory}; available: {', '.join(names) or 'none'}. "
+            "Install the course from its repository (`pip install -e .`) so data/ is found."
+        )
+    with path.open(newline="") as f:
+        return [
+            Number(r["source"], int(r["chapter"]), r["experiment"], r["variant"], r["metric"],
+                   float(r["value"]), r["unit"], r["hardware"], r["note"])
+            for r in csv.DictReader(f)
+        ]
+
+
+def select(rows: list[Number], **where: object) -> list[Number]:
+    """Rows whose fields equal every keyword given, e.g. ``select(rows, chapter=2, metric='time')``."""
+    return [r for r in rows if all(getattr(r, k) == v for k, v in where.items())]
+
+
+def value(rows: list[Number], experiment: str, variant: str, metric: str) -> float:
+    """The single published value for (experiment, variant, metric)."""
+    found = select(rows, experiment=experiment, variant=variant, metric=metric)
+    if len(found) != 1:
+        raise KeyError(f"expected one published value for {experiment}/{variant}/{metric}, found {len(found)}")
+    return found[0].value
+
+
+def table(rows: list[Number], experiment: str) -> Table:
+    """The published numbers of one experiment, one row per variant, one column per metric."""
+    picked = select(rows, experiment=experiment)
+    if not picked:
+        raise KeyError(f"no published numbers for experiment {experiment!r}")
+    metrics = list(dict.fromkeys(r.metric for r in picked))
+    variants = list(dict.fromkeys(r.variant for r in picked))
+    units = {r.metric: r.unit for r in picked}
+    out = Table(["variant"] + [f"{m} ({units[m]})" for m in metrics],
+                title=f"Published: {experiment}", note=f"Source: {picked[0].source}; hardware: {picked[0].hardware}")
+    for v in variants:
+        vals = {r.metric: r.value for r in picked if r.variant == v}
+        out.add(v, *[vals.get(m) for m in metrics])
+    return out
+
+
+def compare(rows: list[Number], experiment: str, metric: str, baseline: str,
+            yours: Mapping[str, float], mapping: Mapping[str, str] | None = None,
+            lower_is_better: bool = True, title: str = "") -> Table:
+    """Published vs yours, as ratios to each side's own baseline.
+
+    ``yours`` maps your variant names to your measured values (same metric). ``mapping``
+    maps your variant names to published variant names when they differ. For times the
+    ratio is baseline/variant (a speed-up); for higher-is-better metrics variant/baseline.
+    """
+    mapping = dict(mapping or {})
+    pub_base = value(rows, experiment, mapping.get(baseline, baseline), metric)
+    if baseline not in yours:
+        raise KeyError(f"your results have no baseline {baseline!r}")
+    your_base = yours[baseline]
+    src = select(rows, experiment=experiment)[0]
+    kind = "speed-up" if lower_is_better else "ratio"
+    out = Table(["variant", f"published {metric}", f"published {kind}", f"your {metric}", f"your {kind}"],
+                title=title or f"Published vs yours: {experiment}",
+                note=f"Published: {src.source} on {src.hardware}. Ratios are relative to each side's "
+                     f"baseline ({baseline}); absolute values come from different hardware.")
+    for name, mine in yours.items():
+        pub_name = mapping.get(name, name)
+        found = select(rows, experiment=experiment, variant=pub_name, metric=metric)
+        pub = found[0].value if found else None
+
+        def ratio(base: float, v: float | None) -> float | None:
+            if v is None or not v or not base:
+                return None
+            return base / v if lower_is_better else v / base
+
+        out.add(name, pub, ratio(pub_base, pub), mine, ratio(your_base, mine))
+    return out

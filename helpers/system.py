@@ -1,0 +1,318 @@
+"""Machine fingerprint and OpenMP / CPU-affinity settings computed from the topology.
+
+Everything a measurement must be recorded with: CPU model, sockets, physical vs logical
+cores (SMT siblings), NUMA nodes, instruction-set flags that decide fast bf16, the OpenMP
+runtime(s) really loaded in this process (via threadpoolctl), and library versions.
+
+It also turns the topology into settings: one logical CPU per physical core for
+``GOMP_CPU_AFFINITY`` / ``KMP_AFFINITY`` proclists, and per-rank CPU sets for
+distributed jobs -- computed, never hard-coded as "0-15".
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+_SYS_CPU = Path("/sys/devices/system/cpu")
+
+
+@dataclass(frozen=True)
+class LogicalCPU:
+    """One logical CPU (hardware thread) and the physical core and socket it belongs to."""
+
+    cpu: int
+    core: int
+    socket: int
+
+
+@dataclass(frozen=True)
+class Topology:
+    """The CPUs this process may run on, grouped into physical cores."""
+
+    cpus: tuple[LogicalCPU, ...]
+    numa_nodes: int = 1
+    model: str = "unknown"
+    flags: frozenset[str] = field(default_factory=frozenset)
+
+    @property
+    def logical_cores(self) -> int:
+        return len(self.cpus)
+
+    @property
+    def physical_cores(self) -> int:
+        return len({(c.socket, c.core) for c in self.cpus})
+
+    @property
+    def sockets(self) -> int:
+        return len({c.socket for c in self.cpus})
+
+    @property
+    def threads_per_core(self) -> int:
+        return max(1, self.logical_cores // max(1, self.physical_cores))
+
+    def one_cpu_per_core(self) -> list[int]:
+        """The first logical CPU of every physical core, ordered by socket then core."""
+        first: dict[tuple[int, int], int] = {}
+        for c in sorted(self.cpus, key=lambda c: (c.socket, c.core, c.cpu)):
+            first.setdefault((c.socket, c.core), c.cpu)
+        return list(first.values())
+
+    def smt_siblings(self) -> list[list[int]]:
+        """Logical CPUs grouped by physical core (each inner list shares one core)."""
+        groups: dict[tuple[int, int], list[int]] = {}
+        for c in sorted(self.cpus, key=lambda c: (c.socket, c.core, c.cpu)):
+            groups.setdefault((c.socket, c.core), []).append(c.cpu)
+        return list(groups.values())
+
+
+def _read_int(path: Path, default: int = 0) -> int:
+    try:
+        return int(path.read_text().strip())
+    except (OSError, ValueError):
+        return default
+
+
+def _cpuinfo() -> tuple[str, frozenset[str]]:
+    model, flags = platform.processor() or "unknown", frozenset()
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return model, flags
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        key = key.strip()
+        if key == "model name" and model in ("unknown", "", platform.machine()):
+            model = value.strip()
+        elif key == "flags" and not flags:
+            flags = frozenset(value.split())
+    return model, flags
+
+
+def topology(sys_cpu: Path = _SYS_CPU) -> Topology:
+    """Read the CPU topology of the CPUs this process is allowed to use (Linux sysfs).
+
+    Falls back to psutil's counts (assuming no SMT information) on other systems.
+    """
+    try:
+        allowed = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        allowed = list(range(os.cpu_count() or 1))
+    cpus = []
+    for cpu in allowed:
+        topo = sys_cpu / f"cpu{cpu}" / "topology"
+        core = _read_int(topo / "core_id", default=cpu)
+        socket = _read_int(topo / "physical_package_id", default=0)
+        cpus.append(LogicalCPU(cpu=cpu, core=core, socket=socket))
+    if not (sys_cpu / "cpu0" / "topology").exists():
+        import psutil
+
+        physical = psutil.cpu_count(logical=False) or len(allowed)
+        per_core = max(1, len(allowed) // physical)
+        cpus = [LogicalCPU(cpu=c, core=i // per_core, socket=0) for i, c in enumerate(allowed)]
+    nodes = len(list((sys_cpu.parent / "node").glob("node[0-9]*"))) or 1
+    model, flags = _cpuinfo()
+    return Topology(cpus=tuple(cpus), numa_nodes=nodes, model=model, flags=flags)
+
+
+def cpu_bf16_support(flags: frozenset[str] | None = None) -> dict[str, bool]:
+    """Which bf16 features the CPU has.
+
+    ``native_bf16`` (AVX512_BF16 or AMX) means bf16 math is fast; ``ipex_bf16_prepack``
+    (AVX-512 BW/VL/DQ or AVX-NE-CONVERT) is what IPEX's bf16 weight prepacking asserts.
+    Without either, bf16 autocast still runs but is emulated and usually slower than fp32.
+    """
+    flags = topology().flags if flags is None else flags
+    avx512 = {"avx512bw", "avx512vl", "avx512dq"} <= flags
+    return {
+        "native_bf16": bool({"avx512_bf16", "amx_bf16"} & flags),
+        "amx": "amx_bf16" in flags,
+        "ipex_bf16_prepack": avx512 or "avx_ne_convert" in flags,
+        "avx2": "avx2" in flags,
+        "avx512": "avx512f" in flags,
+    }
+
+
+def openmp_runtimes() -> list[dict[str, str]]:
+    """OpenMP runtimes loaded into this process (GNU libgomp, Intel libiomp5, LLVM libomp).
+
+    Several can be loaded at once (torch links libgomp; LD_PRELOAD may add libiomp5), so
+    this list shows what is present, not which one serves torch's parallel regions.
+    """
+    from threadpoolctl import threadpool_info
+
+    import torch  # noqa: F401  -- make sure torch's runtime is loaded before we look
+
+    seen = []
+    for info in threadpool_info():
+        if info.get("user_api") == "openmp":
+            seen.append({
+                "library": Path(info.get("filepath", "")).name,
+                "internal_api": str(info.get("internal_api", "")),
+                "version": str(info.get("version") or ""),
+                "num_threads": str(info.get("num_threads", "")),
+            })
+    return seen
+
+
+def intel_openmp_library() -> Path | None:
+    """Path of Intel's libiomp5.so installed by the ``intel-openmp`` wheel, if present."""
+    for prefix in {sys.prefix, sys.base_prefix}:
+        candidate = Path(prefix) / "lib" / "libiomp5.so"
+        if candidate.exists():
+            return candidate
+    return None
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def library_versions() -> dict[str, str]:
+    """Versions of the libraries that decide performance, read without importing IPEX/NNI."""
+    import torch
+
+    versions = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": _version("torchvision"),
+        "intel-extension-for-pytorch": _version("intel-extension-for-pytorch"),
+        "nni": _version("nni"),
+        "torch-pruning": _version("torch-pruning"),
+        "cuda": str(torch.version.cuda),
+        "mkldnn": str(torch.backends.mkldnn.is_available()),
+    }
+    config = torch.__config__.show()
+    for line in config.splitlines():
+        line = line.strip()
+        if line.startswith("- Intel(R) oneAPI Math Kernel Library") or line.startswith("- Intel(R) Math Kernel Library"):
+            versions["mkl"] = line.split("Version", 1)[-1].strip(" :")
+        elif line.startswith("- Intel(R) MKL-DNN") or line.startswith("- oneDNN"):
+            versions["onednn"] = line.split("(", 1)[-1].split(")", 1)[0] if "(" in line else line
+    return versions
+
+
+def fingerprint() -> dict[str, object]:
+    """Everything a result must be stored with: hardware, topology, runtimes, versions."""
+    import torch
+
+    topo = topology()
+    gpus = []
+    if torch.cuda.is_available():
+        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    elif hasattr(torch, "xpu") and torch.xpu.is_available():
+        gpus = [torch.xpu.get_device_name(i) for i in range(torch.xpu.device_count())]
+    return {
+        "cpu_model": topo.model,
+        "sockets": topo.sockets,
+        "physical_cores": topo.physical_cores,
+        "logical_cores": topo.logical_cores,
+        "threads_per_core": topo.threads_per_core,
+        "numa_nodes": topo.numa_nodes,
+        "bf16": cpu_bf16_support(topo.flags),
+        "torch_threads": torch.get_num_threads(),
+        "openmp": [rt["library"] for rt in openmp_runtimes()],
+        "accelerators": gpus,
+        "os": f"{platform.system()} {platform.release()}",
+        "versions": library_versions(),
+    }
+
+
+def env_report() -> str:
+    """One line describing the machine, for the first cell of every notebook."""
+    import torch
+
+    topo = topology()
+    accel = "no GPU"
+    if torch.cuda.is_available():
+        accel = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
+    elif hasattr(torch, "xpu") and torch.xpu.is_available():
+        accel = f"{torch.xpu.device_count()}x {torch.xpu.get_device_name(0)}"
+    return (
+        f"torch {torch.__version__} | {topo.model} | {topo.physical_cores} physical / "
+        f"{topo.logical_cores} logical cores | {torch.get_num_threads()} torch threads | {accel}"
+    )
+
+
+def gomp_cpu_affinity(cpus: list[int]) -> str:
+    """Value for GNU OpenMP's ``GOMP_CPU_AFFINITY``: thread i is bound to cpus[i]."""
+    if not cpus:
+        raise ValueError("gomp_cpu_affinity needs at least one CPU")
+    return " ".join(str(c) for c in cpus)
+
+
+def kmp_affinity(cpus: list[int]) -> str:
+    """Value for Intel OpenMP's ``KMP_AFFINITY`` binding thread i to cpus[i]."""
+    if not cpus:
+        raise ValueError("kmp_affinity needs at least one CPU")
+    return f"granularity=fine,proclist=[{','.join(str(c) for c in cpus)}],explicit"
+
+
+OPENMP_VARIANTS: tuple[str, ...] = ("gnu-default", "gnu-bound", "intel")
+
+
+def openmp_env(variant: str, threads: int, topo: Topology | None = None) -> dict[str, str]:
+    """Environment variables for one OpenMP variant, for a *fresh* process.
+
+    * ``gnu-default``: only OMP_NUM_THREADS (the runtime places threads as it likes);
+    * ``gnu-bound``: GNU OpenMP with threads bound one per physical core
+      (OMP_PROC_BIND, OMP_SCHEDULE=STATIC, GOMP_CPU_AFFINITY from the topology);
+    * ``intel``: Intel's libiomp5 through LD_PRELOAD, KMP_AFFINITY proclist, KMP_BLOCKTIME=0.
+
+    OpenMP reads these once at start-up, so they only take effect in a new process.
+    """
+    topo = topo or topology()
+    if variant not in OPENMP_VARIANTS:
+        raise ValueError(f"Unknown OpenMP variant {variant!r}; use one of {', '.join(OPENMP_VARIANTS)}.")
+    if threads < 1:
+        raise ValueError("threads must be at least 1")
+    cores = topo.one_cpu_per_core()
+    siblings = [cpu for group in topo.smt_siblings() for cpu in group[1:]]
+    cpus = (cores + siblings)[:threads]
+    if threads > len(cpus):
+        raise ValueError(
+            f"{threads} threads requested but only {len(cpus)} logical CPUs are available to this process."
+        )
+    env = {"OMP_NUM_THREADS": str(threads)}
+    if variant == "gnu-bound":
+        env.update({"OMP_PROC_BIND": "TRUE", "OMP_SCHEDULE": "STATIC", "GOMP_CPU_AFFINITY": gomp_cpu_affinity(cpus)})
+    elif variant == "intel":
+        lib = intel_openmp_library()
+        if lib is None:
+            raise RuntimeError(
+                "Intel OpenMP (libiomp5.so) is not installed in this environment. "
+                "Install it with `pip install intel-openmp` (Linux x86_64 only)."
+            )
+        env.update({
+            "LD_PRELOAD": str(lib),
+            "KMP_AFFINITY": kmp_affinity(cpus),
+            "KMP_BLOCKTIME": "0",
+        })
+    return env
+
+
+def rank_cpus(local_rank: int, local_world_size: int, topo: Topology | None = None) -> list[int]:
+    """Logical CPUs for one rank when the physical cores are split evenly between ranks.
+
+    Each rank gets a contiguous block of whole physical cores (with their SMT siblings), so
+    ranks never share a core. Raises ValueError when there are more ranks than cores.
+    """
+    topo = topo or topology()
+    if local_world_size < 1 or not 0 <= local_rank < local_world_size:
+        raise ValueError(f"local_rank must be in [0, {local_world_size}); got {local_rank}")
+    groups = topo.smt_siblings()
+    if local_world_size > len(groups):
+        raise ValueError(
+            f"{local_world_size} ranks on one machine but only {len(groups)} physical cores: "
+            f"use at most {len(groups)} ranks per machine."
+        )
+    per_rank = len(groups) // local_world_size
+    mine = groups[local_rank * per_rank:(local_rank + 1) * per_rank]
+    return [cpu for group in mine for cpu in group]

@@ -1,0 +1,107 @@
+import numpy as np
+import pytest
+import torch
+
+from helpers import data
+
+
+def test_standin_shapes_and_determinism():
+    fm = data.StandInImages("fashionmnist", train=True, length=20)
+    cf = data.StandInImages("cifar10", train=False, length=20)
+    assert fm.array(3).shape == (28, 28) and cf.array(3).shape == (32, 32, 3)
+    assert np.array_equal(fm.array(5), data.StandInImages("fashionmnist", length=20).array(5))
+    assert not np.array_equal(fm.array(5), fm.array(6))
+    assert len(fm.classes) == 10 and sorted(set(fm.targets)) == list(range(10))
+    img, label = data.load_dataset("cifar10", train=True, source="standin", standin_length=4)[1]
+    assert img.shape == (3, 32, 32) and img.dtype == torch.float32 and 0 <= label < 10
+    with pytest.raises(IndexError):
+        fm.array(20)
+    assert "stand-in" in repr(fm)
+
+
+def test_standin_classes_are_separable_on_average():
+    ds = data.StandInImages("fashionmnist", length=200)
+    means = np.stack([np.mean([ds.array(i) for i in range(200) if ds.targets[i] == c], axis=0) for c in range(10)])
+    within = np.mean([np.abs(ds.array(i) - means[ds.targets[i]]).mean() for i in range(50)])
+    between = np.mean([np.abs(ds.array(i) - means[(ds.targets[i] + 1) % 10]).mean() for i in range(50)])
+    assert between > within
+
+
+def test_default_source_follows_profile(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    ds = data.load_dataset("fashionmnist", train=False)
+    assert data.is_standin(ds) and len(ds) == 10_000
+
+
+def test_real_dataset_missing_offline_gives_clear_error(tmp_path, monkeypatch):
+    class Offline:
+        def __init__(self, root, train, transform, download):
+            if download:
+                raise OSError("network unreachable")
+            raise RuntimeError("Dataset not found")
+
+    monkeypatch.setattr(data, "_torchvision_class", lambda name: Offline)
+    with pytest.raises(data.DatasetUnavailableError, match="COURSE_DATA=standin") as info:
+        data.load_dataset("cifar10", source="real", root=tmp_path)
+    assert str(tmp_path) in str(info.value)
+    with pytest.raises(data.DatasetUnavailableError):
+        data.load_dataset("cifar10", source="real", root=tmp_path, download=False)
+
+
+def test_real_dataset_found_on_disk(tmp_path, monkeypatch):
+    class OnDisk(torch.utils.data.Dataset):
+        def __init__(self, root, train, transform, download):
+            self.root = root
+
+    monkeypatch.setattr(data, "_torchvision_class", lambda name: OnDisk)
+    ds = data.load_dataset("fashionmnist", source="real", root=tmp_path)
+    assert ds.root == str(tmp_path) and not data.is_standin(ds)
+    monkeypatch.setenv("COURSE_DATA_DIR", str(tmp_path / "x"))
+    assert data.data_root() == tmp_path / "x"
+
+
+def test_unknown_names():
+    with pytest.raises(ValueError, match="fashionmnist, cifar10"):
+        data.spec("mnist")
+    with pytest.raises(ValueError):
+        data.load_dataset("cifar10", source="web")
+
+
+def test_take_is_seeded_subset():
+    ds = data.StandInImages("fashionmnist", length=100)
+    a, b = data.take(ds, 10, seed=1), data.take(ds, 10, seed=1)
+    assert a.indices == b.indices and len(a) == 10 and data.is_standin(a)
+    assert data.take(ds, None) is ds and data.take(ds, 1000) is ds
+    with pytest.raises(ValueError):
+        data.take(ds, 0)
+
+
+def test_heavy_pipeline_output():
+    ds = data.StandInImages("cifar10", length=2, transform=data.heavy_pipeline(size=64))
+    img, _ = ds[0]
+    assert img.shape == (3, 64, 64)
+    assert len(data.heavy_pipeline().transforms) == 7
+
+
+def test_epoch_sampler_orders():
+    s = data.EpochShuffleSampler(10, seed=1)
+    s.set_epoch(0)
+    first = list(s)
+    s.set_epoch(1)
+    second = list(s)
+    assert sorted(first) == list(range(10)) and first != second
+    s.set_epoch(0, start=4)
+    assert list(s) == first[4:] and len(s) == 6
+    assert list(data.EpochShuffleSampler(5, shuffle=False)) == [0, 1, 2, 3, 4]
+
+
+def test_make_loader_validates():
+    from torchvision.transforms import ToTensor
+
+    ds = data.StandInImages("fashionmnist", length=10, transform=ToTensor())
+    loader = data.make_loader(ds, 4, train=True)
+    assert [len(y) for _, y in loader] == [4, 4, 2]
+    with pytest.raises(ValueError):
+        data.make_loader(ds, 0, train=True)
+    with pytest.raises(ValueError, match="num_workers > 0"):
+        data.make_loader(ds, 4, train=True, persistent_workers=True)

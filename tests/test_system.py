@@ -1,0 +1,106 @@
+from pathlib import Path
+
+import pytest
+
+from helpers import system
+
+
+def make_sysfs(root: Path, layout: list[tuple[int, int, int]]) -> Path:
+    cpu_dir = root / "cpu"
+    for cpu, core, socket in layout:
+        topo = cpu_dir / f"cpu{cpu}" / "topology"
+        topo.mkdir(parents=True)
+        (topo / "core_id").write_text(f"{core}\n")
+        (topo / "physical_package_id").write_text(f"{socket}\n")
+    (root / "node" / "node0").mkdir(parents=True)
+    return cpu_dir
+
+
+def fake_topology(n_cores: int, smt: int) -> system.Topology:
+    # Linux numbering: cpus 0..n-1 are the first threads of each core, n..2n-1 their siblings
+    cpus = [system.LogicalCPU(cpu=t * n_cores + c, core=c, socket=0) for t in range(smt) for c in range(n_cores)]
+    return system.Topology(cpus=tuple(cpus))
+
+
+def test_topology_from_sysfs(tmp_path, monkeypatch):
+    monkeypatch.setattr(system.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    sysfs = make_sysfs(tmp_path, [(0, 0, 0), (1, 1, 0), (2, 0, 0), (3, 1, 0)])
+    topo = system.topology(sysfs)
+    assert (topo.logical_cores, topo.physical_cores, topo.sockets, topo.threads_per_core) == (4, 2, 1, 2)
+    assert topo.one_cpu_per_core() == [0, 1]
+    assert topo.smt_siblings() == [[0, 2], [1, 3]]
+    assert topo.numa_nodes == 1
+
+
+def test_real_topology_is_consistent():
+    topo = system.topology()
+    assert 1 <= topo.physical_cores <= topo.logical_cores
+    assert len(topo.one_cpu_per_core()) == topo.physical_cores
+
+
+def test_bf16_support_from_flags():
+    assert system.cpu_bf16_support(frozenset({"avx2"})) == {
+        "native_bf16": False, "amx": False, "ipex_bf16_prepack": False, "avx2": True, "avx512": False}
+    spr = system.cpu_bf16_support(frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16"}))
+    assert spr["native_bf16"] and spr["amx"] and spr["ipex_bf16_prepack"]
+
+
+def test_affinity_strings():
+    assert system.gomp_cpu_affinity([0, 2, 4]) == "0 2 4"
+    assert system.kmp_affinity([1, 3]) == "granularity=fine,proclist=[1,3],explicit"
+    with pytest.raises(ValueError):
+        system.gomp_cpu_affinity([])
+
+
+def test_openmp_env_binds_one_thread_per_core_first(monkeypatch):
+    topo = fake_topology(4, 2)
+    assert system.openmp_env("gnu-default", 3, topo) == {"OMP_NUM_THREADS": "3"}
+    bound = system.openmp_env("gnu-bound", 6, topo)
+    assert bound["GOMP_CPU_AFFINITY"] == "0 1 2 3 4 5"  # 4 cores first, then 2 SMT siblings
+    assert bound["OMP_PROC_BIND"] == "TRUE" and bound["OMP_SCHEDULE"] == "STATIC"
+    with pytest.raises(ValueError, match="9 threads"):
+        system.openmp_env("gnu-bound", 9, topo)
+    with pytest.raises(ValueError, match="Unknown OpenMP variant"):
+        system.openmp_env("tbb", 2, topo)
+
+
+def test_openmp_env_intel(monkeypatch, tmp_path):
+    lib = tmp_path / "lib" / "libiomp5.so"
+    lib.parent.mkdir()
+    lib.write_bytes(b"")
+    monkeypatch.setattr(system.sys, "prefix", str(tmp_path))
+    env = system.openmp_env("intel", 2, fake_topology(2, 1))
+    assert env["LD_PRELOAD"] == str(lib)
+    assert env["KMP_AFFINITY"].endswith("proclist=[0,1],explicit") and env["KMP_BLOCKTIME"] == "0"
+    monkeypatch.setattr(system.sys, "prefix", str(tmp_path / "none"))
+    monkeypatch.setattr(system.sys, "base_prefix", str(tmp_path / "none"))
+    assert system.intel_openmp_library() is None
+    with pytest.raises(RuntimeError, match="pip install intel-openmp"):
+        system.openmp_env("intel", 2, fake_topology(2, 1))
+
+
+def test_rank_cpus_split_whole_cores():
+    topo = fake_topology(4, 2)
+    assert system.rank_cpus(0, 2, topo) == [0, 4, 1, 5]
+    assert system.rank_cpus(1, 2, topo) == [2, 6, 3, 7]
+    with pytest.raises(ValueError, match="at most 4 ranks"):
+        system.rank_cpus(0, 5, topo)
+    with pytest.raises(ValueError):
+        system.rank_cpus(2, 2, topo)
+
+
+def test_openmp_runtimes_sees_gnu_openmp():
+    libs = [rt["library"] for rt in system.openmp_runtimes()]
+    assert any("gomp" in lib or "iomp" in lib or "omp" in lib for lib in libs)
+
+
+def test_fingerprint_and_report():
+    import torch
+
+    fp = system.fingerprint()
+    for key in ("cpu_model", "physical_cores", "logical_cores", "openmp", "versions", "bf16"):
+        assert key in fp
+    assert fp["versions"]["torch"] == torch.__version__
+    assert torch.__version__ in system.env_report()
+    versions = system.library_versions()
+    assert versions["nni"] != "" and "python" in versions

@@ -1,0 +1,26 @@
+import pytest
+
+from helpers.tables import Table, fmt
+
+
+def test_fmt():
+    assert fmt(1630090) == "1,630,090"
+    assert fmt(83.99) == "83.99"
+    assert fmt(0.012345) == "0.01235"
+    assert fmt(None) == "-" and fmt(float("nan")) == "-"
+    assert fmt(True) == "True" and fmt("x") == "x"
+    assert "e" in fmt(3e9)
+
+
+def test_table_renders(tmp_path):
+    t = Table(["name", "value"], [["a", 1.5], ["bb", None]], title="T", note="N")
+    text = str(t)
+    assert text.splitlines()[0] == "T" and text.endswith("N") and "bb" in text
+    assert "<td>1.500</td>" in t._repr_html_()
+    assert t.to_markdown().startswith("| name | value |")
+    t.to_csv(tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").read_text().splitlines()[1] == "a,1.5"
+    assert t.column("value") == [1.5, None] and len(t) == 2
+    assert t.as_dicts()[0] == {"name": "a", "value": 1.5}
+    with pytest.raises(ValueError):
+        t.add(1)

@@ -1,0 +1,153 @@
+import os
+import signal
+
+import pytest
+import torch
+from torch import nn
+
+from helpers import data, models, training
+
+
+def small_model():
+    return nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.ReLU(), nn.MaxPool2d(4), nn.Flatten(), nn.Linear(4 * 49, 10))
+
+
+def fresh(seed=0):
+    training.set_seed(seed)
+    model = small_model()
+    return model, torch.optim.Adam(model.parameters(), lr=1e-2)
+
+
+def test_train_learns_and_times_epochs(tiny_loaders):
+    train_loader, test_loader = tiny_loaders
+    model, opt = fresh()
+    before = training.evaluate(model, test_loader)
+    res = training.train(model, train_loader, opt, nn.CrossEntropyLoss(), epochs=3, progress=False)
+    after = training.evaluate(model, test_loader)
+    assert len(res.epoch_times) == 3 and res.steps == 3 * 8 and res.total_time > 0
+    assert res.epoch_losses[-1] < res.epoch_losses[0]
+    assert after["accuracy"] > before["accuracy"] and after["accuracy"] > 30
+    assert model.training  # evaluate restores the mode
+
+
+def test_evaluate_counts_exactly():
+    class Fixed(nn.Module):
+        def forward(self, x):
+            out = torch.zeros(len(x), 10)
+            out[:, 3] = 1
+            return out
+
+    xs = torch.zeros(4, 1, 2, 2)
+    ys = torch.tensor([3, 3, 1, 3])
+    res = training.evaluate(Fixed(), [(xs, ys)])
+    assert res["accuracy"] == 75.0
+    with pytest.raises(ValueError):
+        training.evaluate(Fixed(), [])
+
+
+def test_interrupted_run_resumes_to_identical_weights(tiny_loaders, tmp_path):
+    train_loader, _ = tiny_loaders
+    loss = nn.CrossEntropyLoss()
+    model_a, opt_a = fresh()
+    training.train(model_a, train_loader, opt_a, loss, epochs=2, progress=False)
+
+    ckpt = tmp_path / "run.pt"
+    model_b, opt_b = fresh()
+    with pytest.raises(training.StopTraining):  # stops mid-epoch 1, after the step-10 checkpoint
+        training.train(model_b, train_loader, opt_b, loss, epochs=2, progress=False,
+                       checkpoint=ckpt, checkpoint_every=5, stop_after=12)
+    model_c, opt_c = fresh(seed=123)  # a different start: everything must come from the checkpoint
+    res = training.train(model_c, train_loader, opt_c, loss, epochs=2, progress=False,
+                         checkpoint=ckpt, checkpoint_every=5)
+    assert res.resumed_from == (1, 2)
+    for a, c in zip(model_a.state_dict().values(), model_c.state_dict().values()):
+        assert torch.equal(a, c)
+
+
+def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(tiny_loaders, tmp_path, monkeypatch):
+    train_loader, _ = tiny_loaders
+    loss = nn.CrossEntropyLoss()
+    ref, ref_opt = fresh()
+    training.train(ref, train_loader, ref_opt, loss, epochs=1, progress=False)
+
+    model, opt = fresh()
+    calls = {"n": 0}
+    real_step = opt.step
+
+    def step_with_ctrl_c(*args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:  # Ctrl-C arrives in the middle of the third optimizer step
+            os.kill(os.getpid(), signal.SIGINT)
+        return real_step(*args, **kwargs)
+
+    monkeypatch.setattr(opt, "step", step_with_ctrl_c)
+    ckpt = tmp_path / "ctrl_c.pt"
+    with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
+        training.train(model, train_loader, opt, loss, epochs=1, progress=False, checkpoint=ckpt)
+    state = training.load_checkpoint(ckpt)
+    assert (state["epoch"], state["batch"]) == (0, 3)  # the step in flight was completed and counted
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    resumed, resumed_opt = fresh(seed=9)
+    training.train(resumed, train_loader, resumed_opt, loss, epochs=1, progress=False, checkpoint=ckpt)
+    for a, b in zip(ref.state_dict().values(), resumed.state_dict().values()):
+        assert torch.equal(a, b)
+
+
+def test_corrupted_and_mismatched_checkpoints(tiny_loaders, tmp_path):
+    bad = tmp_path / "bad.pt"
+    bad.write_bytes(b"not a checkpoint at all")
+    with pytest.raises(training.CheckpointError, match="damaged"):
+        training.load_checkpoint(bad)
+    other = tmp_path / "other.pt"
+    torch.save({"weights": torch.zeros(1)}, other)
+    with pytest.raises(training.CheckpointError, match="not a training checkpoint"):
+        training.load_checkpoint(other)
+    ckpt = tmp_path / "cnn.pt"
+    model = models.book_cnn()
+    training.save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": {}, "rng": torch.get_rng_state(),
+                                    "epoch": 0, "batch": 0, "step": 0})
+    small, opt = fresh()
+    with pytest.raises(training.CheckpointError, match="does not fit"):
+        training.train(small, tiny_loaders[0], opt, nn.CrossEntropyLoss(), epochs=1, progress=False, checkpoint=ckpt)
+
+
+def test_save_checkpoint_is_atomic(tmp_path):
+    path = training.save_checkpoint(tmp_path / "a" / "c.pt", {"model": {"w": torch.ones(2)}})
+    assert path.exists() and list(path.parent.iterdir()) == [path]
+    assert torch.equal(training.load_checkpoint(path)["model"]["w"], torch.ones(2))
+
+
+def test_autocast_and_max_steps(tiny_loaders):
+    model, opt = fresh()
+    res = training.train(model, tiny_loaders[0], opt, nn.CrossEntropyLoss(), epochs=1, progress=False,
+                         autocast_dtype=torch.bfloat16, max_steps_per_epoch=3)
+    assert res.steps == 3
+    with pytest.raises(ValueError):
+        training.train(model, tiny_loaders[0], opt, nn.CrossEntropyLoss(), epochs=0)
+
+
+def test_run_variant_protocol(tiny_loaders):
+    res = training.run_variant("tiny", small_model, *tiny_loaders, epochs=2, repeats=2,
+                               make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05), progress=False)
+    assert len(res.samples) == 2 and len(res.warmup) == 2
+    assert set(res.metrics) == {"total_s", "steps", "loss", "accuracy"} and res.metrics["steps"] == 16
+    with pytest.raises(ValueError, match="epochs >= 2"):
+        training.run_variant("x", small_model, *tiny_loaders, epochs=1)
+
+
+def test_overhead_vs_bare_loop_reports_ratio(tiny_loaders):
+    out = training.overhead_vs_bare_loop(small_model, tiny_loaders[0], epochs=1, repeats=1)
+    assert set(out) == {"bare_s", "helper_s", "ratio"} and out["ratio"] > 0
+
+
+def test_run_in_fresh_process_applies_environment():
+    payload = training.run_in_fresh_process(
+        {"OMP_NUM_THREADS": "1", "COURSE_DATA": "standin"}, name="child", epochs=2, train_size=64,
+        test_size=32, batch_size=32)
+    res = training.result_from_payload(payload)
+    assert payload["torch_threads"] == 1 and payload["standin"] is True
+    assert res.name == "child" and len(res.samples) == 1 and 0 <= res.metrics["accuracy"] <= 100
+    with pytest.raises(ValueError, match="unknown option"):
+        training.run_in_fresh_process(epochz=2)
+    with pytest.raises(RuntimeError, match="failed"):
+        training.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, epochs=2, train_size=8, test_size=8)
