@@ -7,6 +7,7 @@
 # second clone or a CI run reuses it: $(VENV). Override with `make VENV=/path ...`.
 
 SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -c
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
 PINS_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-12)
 CACHE ?= $(HOME)/.cache/accelerate-course
@@ -18,18 +19,18 @@ BIN := $(VENV)/bin
 $(VENV)/.installed: pyproject.toml
 	@echo "Creating the course environment in $(VENV) (about 4 minutes, 8 GB, first time only)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (found %s)" % sys.version.split()[0]'
-	rm -rf "$(VENV).partial"
-	$(PYTHON) -m venv "$(VENV).partial"
-	"$(VENV).partial/bin/python" -m pip install --quiet --upgrade pip
-	"$(VENV).partial/bin/python" -m pip install --quiet -e ".[test]"
-	rm -rf "$(VENV)" && mv "$(VENV).partial" "$(VENV)"
+	rm -rf "$(VENV)"
+	$(PYTHON) -m venv "$(VENV)"
+	"$(BIN)/python" -m pip install --quiet --upgrade pip
+	"$(BIN)/python" -m pip install --quiet -e ".[test]" 2>&1 | { grep -v "^WARNING: Location" || true; }
+	"$(BIN)/python" -c "import torch, torchvision, helpers"
 	touch "$@"
 
 # The editable install points at this clone; re-point it (seconds) in case the cached
 # environment was made from another clone.
 setup: $(VENV)/.installed
 	@cd /tmp && "$(BIN)/python" -c 'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" \
-		|| "$(BIN)/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | grep -v "^WARNING: Location" || true
+		|| "$(BIN)/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@"$(BIN)/python" -m pip check
 
 lab: setup

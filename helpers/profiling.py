@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, Callable
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from .tables import Table
+
+# PyPI's CUDA build of torch makes Kineto log "gpuGetDeviceCount failed" on machines
+# without a GPU when profiling starts; it is harmless. Set KINETO_LOG_LEVEL to see it.
+os.environ.setdefault("KINETO_LOG_LEVEL", "5")
 
 
 def profile_fn(fn: Callable[[], Any], *, warmup: int = 2, steps: int = 3,

@@ -316,3 +316,36 @@ def rank_cpus(local_rank: int, local_world_size: int, topo: Topology | None = No
     per_rank = len(groups) // local_world_size
     mine = groups[local_rank * per_rank:(local_rank + 1) * per_rank]
     return [cpu for group in mine for cpu in group]
+
+
+_PROBE = "import torch; x = torch.ones(512, 512); [torch.relu(x @ x).sum() for _ in range(3)]"
+
+
+def openmp_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 120) -> dict[str, object]:
+    """Which OpenMP runtime serves torch's parallel regions in a new process with ``env``.
+
+    Starts ``python`` with OMP_DISPLAY_ENV=VERBOSE and runs a few parallel ops. GNU libgomp
+    prints its settings when it is loaded (torch always loads it); Intel's libiomp5 prints
+    its own format (lines tagged ``[host]``) only when it initialises, i.e. when it
+    actually runs a parallel region -- which is the proof that LD_PRELOAD took effect.
+    """
+    import subprocess
+
+    child_env = {**os.environ, **(env or {}), "OMP_DISPLAY_ENV": "VERBOSE"}
+    proc = subprocess.run([sys.executable, "-c", _PROBE], env=child_env, capture_output=True,
+                          text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the probe process failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
+    text = proc.stdout + proc.stderr
+    intel = "[host]" in text
+    gnu = "OMP_WAIT_POLICY = '" in text
+    settings = {}
+    for line in text.splitlines():
+        line = line.strip().removeprefix("[host] ")
+        for sep in (" = ", "="):
+            if sep in line and line.split(sep, 1)[0].isupper():
+                key, value = line.split(sep, 1)
+                settings.setdefault(key.strip(), value.strip().strip("'"))
+                break
+    return {"served_by": "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown",
+            "intel_initialised": intel, "gnu_loaded": gnu, "settings": settings}

@@ -184,7 +184,8 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
     from tqdm.auto import tqdm
 
     bar_kwargs: dict[str, Any] = {"total": total, "desc": desc, "unit": "step"}
-    if not progress:
+    # tqdm's notebook bar ignores TQDM_DISABLE, so honour it here (CI and committed runs set it)
+    if not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes"):
         bar_kwargs["disable"] = True
     bar = tqdm(**bar_kwargs)
     bar.update(start_epoch * (steps_per_epoch or 0) + start_batch)

@@ -104,3 +104,22 @@ def test_fingerprint_and_report():
     assert torch.__version__ in system.env_report()
     versions = system.library_versions()
     assert versions["nni"] != "" and "python" in versions
+
+
+def test_openmp_in_fresh_process_default_is_gnu():
+    probe = system.openmp_in_fresh_process({"OMP_NUM_THREADS": "1"})
+    assert probe["served_by"] == "GNU OpenMP (libgomp)" and not probe["intel_initialised"]
+    assert probe["settings"]["OMP_NUM_THREADS"] == "1"
+
+
+@pytest.mark.skipif(system.intel_openmp_library() is None, reason="intel-openmp is not installed (Linux x86-64 only)")
+def test_openmp_in_fresh_process_sees_intel_with_preload():
+    probe = system.openmp_in_fresh_process(system.openmp_env("intel", 1))
+    assert probe["served_by"] == "Intel OpenMP (libiomp5)"
+    assert probe["settings"]["KMP_BLOCKTIME"] in ("0", "0ms")
+
+
+def test_openmp_in_fresh_process_reports_failures(monkeypatch):
+    monkeypatch.setattr(system, "_PROBE", "raise SystemExit(3)")
+    with pytest.raises(RuntimeError, match="exit 3"):
+        system.openmp_in_fresh_process()
