@@ -57,6 +57,19 @@ def book_cnn(dataset: str = "fashionmnist", *, bias: bool = True, extra_hidden: 
     return BookCNN(channels, size, num_classes, bias=bias, extra_hidden=extra_hidden)
 
 
+def small_cnn(in_channels: int = 3, num_classes: int = 10) -> nn.Module:
+    """A deliberately light CNN for any image size (global average pooling before the head).
+
+    Used where the point is the data pipeline, not the model: its compute is small, so a
+    slow loader shows up as waiting time instead of hiding behind a heavy model.
+    """
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 16, 3, stride=2, padding=1), nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes),
+    )
+
+
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -49,3 +49,9 @@ def test_head_replacement():
     assert a.classifier[-1].out_features == 3
     with pytest.raises(ValueError):
         models._replace_head(nn.Identity(), 3)
+
+
+def test_small_cnn_any_size():
+    net = models.small_cnn()
+    assert net(torch.zeros(2, 3, 64, 64)).shape == (2, 10) and net(torch.zeros(1, 3, 224, 224)).shape == (1, 10)
+    assert models.count_parameters(net) == 3 * 16 * 9 + 16 + 16 * 32 * 9 + 32 + 32 * 10 + 10

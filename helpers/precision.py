@@ -1,0 +1,97 @@
+"""Number formats and mixed precision: bit layouts, underflow, TF32 switches.
+
+``formats()`` tabulates FP64/FP32/TF32/FP16/BF16 from ``torch.finfo`` (TF32 is a math mode of
+NVIDIA tensor cores, not a storage dtype, so its row is computed from its bit layout);
+``underflow()`` shows which small gradient values survive a cast to each format, with and
+without loss scaling; ``tf32`` switches TF32 matmuls on or off as a context manager.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+
+from .tables import Table
+
+# (name, dtype or None, exponent bits, mantissa (fraction) bits)
+_FORMATS: tuple[tuple[str, torch.dtype | None, int, int], ...] = (
+    ("FP64", torch.float64, 11, 52),
+    ("FP32", torch.float32, 8, 23),
+    ("TF32", None, 8, 10),
+    ("FP16", torch.float16, 5, 10),
+    ("BF16", torch.bfloat16, 8, 7),
+)
+_DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
+    """'fp32' -> None (no autocast); 'bf16' / 'fp16' -> the torch dtype. Clear error otherwise."""
+    if name is None or isinstance(name, torch.dtype):
+        return None if name in (None, torch.float32) else name
+    key = name.lower().replace("float", "fp").replace("bfloat", "bf")
+    if key not in _DTYPES:
+        raise ValueError(f"Unknown dtype {name!r}; choose one of fp32, bf16, fp16.")
+    dtype = _DTYPES[key]
+    return None if dtype == torch.float32 else dtype
+
+
+def formats() -> Table:
+    """Sign/exponent/fraction bits, bytes, machine epsilon, range and subnormal floor."""
+    table = Table(["format", "exp bits", "fraction bits", "bytes", "eps", "max", "smallest normal", "smallest subnormal"],
+                  note="TF32 is a tensor-core math mode (stored as FP32); its row follows from its 8+10 bit layout.")
+    for name, dtype, e, m in _FORMATS:
+        if dtype is not None:
+            fi = torch.finfo(dtype)
+            subnormal = fi.smallest_normal * fi.eps
+            table.add(name, e, m, fi.bits // 8, fi.eps, fi.max, fi.smallest_normal, subnormal)
+        else:  # derive from the layout (same exponent range as FP32)
+            fi = torch.finfo(torch.float32)
+            eps = 2.0 ** -m
+            table.add(name, e, m, 4, eps, fi.max * (1 - 2.0 ** -(m + 1)) / (1 - 2.0 ** -24), fi.smallest_normal,
+                      fi.smallest_normal * eps)
+    return table
+
+
+def underflow(values: Sequence[float] = (1e-3, 1e-5, 1e-7, 1e-8, 1e-10), scale: float = 2.0 ** 16) -> Table:
+    """What small gradient values become in FP16/BF16, and in FP16 after loss scaling.
+
+    Loss scaling multiplies the loss (and so every gradient) by ``scale`` before the cast
+    and divides afterwards in FP32 -- what ``torch.amp.GradScaler`` automates.
+    """
+    table = Table(["value", "as FP16", "as BF16", f"FP16 scaled x{scale:g}, unscaled"],
+                  note="0 means the gradient vanished: its update is lost.")
+    for v in values:
+        x = torch.tensor([v], dtype=torch.float32)
+        fp16 = float(x.half())
+        bf16 = float(x.bfloat16())
+        scaled = float((x * scale).half().float() / scale)
+        table.add(v, fp16, bf16, scaled)
+    return table
+
+
+@contextlib.contextmanager
+def tf32(enabled: bool) -> Iterator[None]:
+    """Allow (or forbid) TF32 in CUDA matmuls and cuDNN convolutions inside the block."""
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = enabled
+    torch.backends.cudnn.allow_tf32 = enabled
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def underflow_fraction(tensors: Sequence[torch.Tensor], dtype: torch.dtype, scale: float = 1.0) -> float:
+    """Fraction of the non-zero values in ``tensors`` that become 0 when cast to ``dtype``
+    after multiplying by ``scale`` (the loss-scaling factor)."""
+    nonzero = lost = 0
+    for t in tensors:
+        t = t.detach().float().flatten()
+        mask = t != 0
+        nonzero += int(mask.sum())
+        lost += int(((t * scale).to(dtype) == 0)[mask].sum())
+    if nonzero == 0:
+        raise ValueError("no non-zero values to check")
+    return lost / nonzero

@@ -1,0 +1,56 @@
+import pytest
+import torch
+from torch import nn
+
+from helpers import compiling
+
+
+def tiny():
+    return nn.Sequential(nn.Flatten(), nn.Linear(16, 8), nn.ReLU(), nn.Linear(8, 3))
+
+
+X, Y = torch.randn(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
+
+
+def test_list_backends_has_inductor():
+    assert "inductor" in compiling.list_backends()
+
+
+def test_eager_and_dynamo_only_backend_are_timed():
+    eager = compiling.time_training_steps(tiny, X, Y, backend=None, steps=3, warmup=1)
+    dyn = compiling.time_training_steps(tiny, X, Y, backend="eager", steps=3, warmup=1)  # Dynamo capture, no codegen
+    assert eager.ok and dyn.ok and eager.backend == "eager"
+    assert eager.steady.n == 3 and dyn.first_step_s > 0
+    table = compiling.outcomes_table([eager, dyn])
+    assert table.as_dicts()[0]["speed-up"] == pytest.approx(1.0)
+
+
+def test_failing_backend_becomes_a_row():
+    bad = compiling.time_training_steps(tiny, X, Y, backend="no_such_backend", steps=1, warmup=0)
+    assert not bad.ok and bad.error
+    row = compiling.outcomes_table([bad]).as_dicts()[0]
+    assert row["status"] == bad.error and row["steady step ms"] is None
+    with pytest.raises(ValueError, match="reduce-overhead"):
+        compiling.time_training_steps(tiny, X, Y, mode="fastest")
+
+
+def test_graph_breaks_are_counted():
+    def broken(x):
+        y = x * 2
+        print("side effect")  # Dynamo cannot trace print: the graph breaks here
+        return y + 1
+
+    info = compiling.graph_breaks(broken, torch.ones(3))
+    assert info["breaks"] >= 1 and info["graphs"] >= 2 and info["reasons"]
+    clean = compiling.graph_breaks(lambda x: torch.relu(x) * 2, torch.ones(3))
+    assert clean["breaks"] == 0 and clean["graphs"] == 1
+
+
+def test_compiled_regions_in_profile():
+    model = torch.compile(tiny(), backend="eager")
+    model(X)
+    with torch.profiler.profile() as prof:
+        model(X)
+    table = compiling.compiled_regions(prof)
+    assert len(table) >= 1 and all("ompiled" in row["event"] for row in table.as_dicts())
+    torch._dynamo.reset()

@@ -1,0 +1,50 @@
+import pytest
+import torch
+
+from helpers import models, pruning
+
+
+def test_book_numbers_at_fifty_percent():
+    model = models.book_cnn("cifar10")
+    report = pruning.prune(model, 0.5, torch.randn(1, 3, 32, 32))
+    assert (report.params_before, report.params_after) == (2_122_186, 1_059_306)
+    assert report.channels_before == {"layer1.0": 32, "layer2.0": 64}
+    assert report.channels_after == {"layer1.0": 16, "layer2.0": 32}
+    assert model(torch.randn(4, 3, 32, 32)).shape == (4, 10)
+    assert report.reduction == pytest.approx(1 - 1_059_306 / 2_122_186)
+
+
+def test_removed_channels_are_the_lowest_l1_filters():
+    model = models.book_cnn("cifar10")
+    masks = pruning.nni_l1_masks(model, 0.25)
+    zeroed = pruning.zeroed_channels(masks)["layer1.0"]
+    norms = model.layer1[0].weight.detach().abs().sum(dim=(1, 2, 3))
+    assert sorted(zeroed) == sorted(norms.argsort()[:8].tolist())
+    kept_before = model.layer1[0].weight.detach()[[i for i in range(32) if i not in zeroed]].clone()
+    pruning.remove_channels(model, {"layer1.0": zeroed}, torch.randn(1, 3, 32, 32))
+    assert torch.equal(model.layer1[0].weight.detach(), kept_before)
+
+
+@pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, "half"])
+def test_bad_sparsity_is_a_clear_error(bad):
+    with pytest.raises(pruning.PruningError, match="between 0 and 1"):
+        pruning.prune(models.book_cnn("cifar10"), bad, torch.randn(1, 3, 32, 32))
+
+
+def test_other_input_errors():
+    with pytest.raises(pruning.PruningError, match="no layer of type"):
+        pruning.nni_l1_masks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5)
+    model = models.book_cnn("cifar10")
+    with pytest.raises(pruning.PruningError, match="no layer named"):
+        pruning.remove_channels(model, {"conv9": [0]}, torch.randn(1, 3, 32, 32))
+    with pytest.raises(pruning.PruningError, match="cannot remove all"):
+        pruning.remove_channels(model, {"layer1.0": list(range(32))}, torch.randn(1, 3, 32, 32))
+
+
+def test_nni_speedup_outcome_is_reported():
+    model = models.book_cnn("cifar10")
+    masks = pruning.nni_l1_masks(model, 0.5)
+    outcome = pruning.try_nni_speedup(model, masks, torch.randn(1, 3, 32, 32))
+    # On torch >= 2.2 NNI 3.0's tracer fails; the helper must report it rather than raise.
+    assert outcome == "ok" or ":" in outcome
+    assert models.count_parameters(model) == 2_122_186  # the original model is untouched
