@@ -3,6 +3,7 @@ fresh model, graph breaks made visible, compiled regions found in a profile."""
 
 from __future__ import annotations
 
+import logging
 import time
 import warnings
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ from .tables import Table
 from .training import set_seed
 
 MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
+
+# PyPI's CUDA build of torch warns "No CUDA runtime is found" when Inductor compiles on a
+# machine without a GPU; it is harmless there and would clutter every notebook.
+logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -37,6 +42,7 @@ def list_backends() -> list[str]:
 
 
 def _short(exc: BaseException) -> str:
+    exc = getattr(exc, "inner_exception", None) or exc  # BackendCompilerFailed wraps the real reason
     text = str(exc).strip().splitlines()
     first = next((ln for ln in text if ln.strip()), "")
     return f"{type(exc).__name__}: {first[:160]}"
@@ -70,14 +76,14 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
             loss.backward()
             opt.step()
 
-        devices.synchronize(device)
-        start = time.perf_counter()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings():  # e.g. cudagraphs says it skips CPU tensors
             warnings.simplefilter("ignore")
+            devices.synchronize(device)
+            start = time.perf_counter()
             step()
-        devices.synchronize(device)
-        first = time.perf_counter() - start
-        res = time_fn(step, repeats=steps, warmup=warmup, device=device)
+            devices.synchronize(device)
+            first = time.perf_counter() - start
+            res = time_fn(step, repeats=steps, warmup=warmup, device=device)
     except Exception as exc:  # any backend failure becomes a row with its reason
         return CompileOutcome(name, mode or "default", False, error=_short(exc))
     finally:

@@ -11,6 +11,7 @@ AVX-NE-CONVERT). Upstream replacements: ``torch.compile`` (Inductor) and
 
 from __future__ import annotations
 
+import logging
 import warnings
 from importlib import metadata
 from types import ModuleType
@@ -52,6 +53,10 @@ def load() -> ModuleType:
     st = status()
     if not st["compatible"]:
         raise IPEXUnavailable(str(st["message"]))
+    # IPEX 2.8 logs a deprecation notice for its fused-update options on every optimize()
+    # (the retirement note says it all) and, on CUDA builds without a GPU, "No CUDA runtime".
+    logging.getLogger("IPEX").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import intel_extension_for_pytorch as ipex  # noqa: PLC0415

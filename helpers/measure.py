@@ -143,6 +143,31 @@ def load_results(path: Path | str) -> list[Result]:
     return [Result(r["name"], r["samples"], r["warmup"], r["metrics"], r["settings"]) for r in payload["results"]]
 
 
+def loader_time(loader: Any, *, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
+                name: str = "loader") -> Result:
+    """Seconds to iterate a DataLoader once, data loading alone (no model).
+
+    Each sample is one full pass, starting the iterator (and, without persistent workers,
+    the worker processes) anew, as a training epoch would. ``metrics['images_per_s']`` is
+    the median throughput.
+    """
+    if epochs < 1 or warmup < 0:
+        raise ValueError("epochs must be >= 1 and warmup >= 0")
+    count = 0
+
+    def one_pass() -> None:
+        nonlocal count
+        count = 0
+        for i, (inputs, _) in enumerate(loader):
+            count += len(inputs)
+            if max_batches is not None and i + 1 >= max_batches:
+                break
+
+    res = time_fn(one_pass, repeats=epochs, warmup=warmup, name=name)
+    res.metrics["images_per_s"] = count / res.stats.median
+    return res
+
+
 def training_step_flops(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                         loss_fn: Callable) -> int:
     """FLOPs of one forward + loss + backward pass, counted by torch.utils.flop_counter.

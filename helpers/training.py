@@ -58,10 +58,12 @@ def set_seed(seed: int) -> None:
 
 @dataclass
 class TrainResult:
-    """What a training run did: per-epoch wall times and mean losses, steps, resume point."""
+    """What a training run did: per-epoch wall times, mean losses, seconds spent waiting for
+    the next batch (``data_wait``), optimizer steps and the resume point."""
 
     epoch_times: list[float] = field(default_factory=list)
     epoch_losses: list[float] = field(default_factory=list)
+    data_wait: list[float] = field(default_factory=list)
     steps: int = 0
     resumed_from: tuple[int, int] | None = None
 
@@ -224,7 +226,10 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
             started = time.perf_counter()
             running = torch.zeros((), device=device)
             batch = skip
+            waited = 0.0
+            asked = time.perf_counter()
             for inputs, targets in iterator:
+                waited += time.perf_counter() - asked
                 if max_steps_per_epoch is not None and batch >= max_steps_per_epoch:
                     break
                 inputs = inputs.to(device, non_blocking=non_blocking)
@@ -255,9 +260,11 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
                     raise KeyboardInterrupt(f"training interrupted at epoch {epoch}, batch {batch}{where}")
                 if stop_after is not None and calls >= stop_after:
                     raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
+                asked = time.perf_counter()
             devices.synchronize(device)
             loss_sum += float(running)
             result.epoch_times.append(time.perf_counter() - started)
+            result.data_wait.append(waited)
             result.epoch_losses.append(loss_sum / max(1, batch))
             bar.set_postfix(loss=f"{result.epoch_losses[-1]:.4f}")
             start_batch = 0
@@ -304,7 +311,8 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
     Every repeat builds a fresh model with the same seed, trains ``epochs`` epochs and
     evaluates it. The first epoch of each repeat is reported as warm-up; the timed sample
     is the median time of the remaining epochs. Metrics: accuracy and loss (median over
-    repeats), total training time and optimizer steps.
+    repeats), total training time, optimizer steps and the steady-state seconds per epoch
+    spent waiting for data (``data_wait_s``).
     """
     if epochs < 2:
         raise ValueError("run_variant needs epochs >= 2 to keep the first (warm-up) epoch apart")
@@ -312,7 +320,7 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
         raise ValueError("repeats must be >= 1")
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     make_optimizer = make_optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
-    samples, warm, accs, losses, totals = [], [], [], [], []
+    samples, warm, accs, losses, totals, waits = [], [], [], [], [], []
     steps = 0
     for r in range(repeats):
         set_seed(seed)
@@ -323,6 +331,7 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
         warm.append(res.epoch_times[0])
         samples.append(statistics.median(res.epoch_times[1:]))
         totals.append(res.total_time)
+        waits.append(statistics.median(res.data_wait[1:]))
         steps = res.steps
         if test_loader is not None:
             ev = evaluate(model, test_loader, loss_fn, device=device,
@@ -332,7 +341,7 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
         else:
             losses.append(res.epoch_losses[-1])
     metrics = {"total_s": statistics.median(totals), "steps": float(steps),
-               "loss": statistics.median(losses)}
+               "loss": statistics.median(losses), "data_wait_s": statistics.median(waits)}
     if accs:
         metrics["accuracy"] = statistics.median(accs)
     return Result(name=name, samples=samples, warmup=warm, metrics=metrics, settings=dict(settings or {}))

@@ -71,3 +71,13 @@ def test_phase_times():
     assert all(p.n == 3 and p.median > 0 for p in phases.values())
     with pytest.raises(ValueError):
         measure.phase_times(model, x, y, nn.CrossEntropyLoss(), opt, steps=0)
+
+
+def test_loader_time_counts_images():
+    loader = [(torch.zeros(4, 2), None)] * 3
+    res = measure.loader_time(loader, epochs=2, warmup=1, name="list")
+    assert res.name == "list" and len(res.samples) == 2 and res.metrics["images_per_s"] > 0
+    capped = measure.loader_time(loader, epochs=1, warmup=0, max_batches=1)
+    assert capped.metrics["images_per_s"] == pytest.approx(4 / capped.stats.median)
+    with pytest.raises(ValueError):
+        measure.loader_time(loader, epochs=0)

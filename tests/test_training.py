@@ -25,6 +25,7 @@ def test_train_learns_and_times_epochs(tiny_loaders):
     res = training.train(model, train_loader, opt, nn.CrossEntropyLoss(), epochs=3, progress=False)
     after = training.evaluate(model, test_loader)
     assert len(res.epoch_times) == 3 and res.steps == 3 * 8 and res.total_time > 0
+    assert len(res.data_wait) == 3 and all(0 < w < t for w, t in zip(res.data_wait, res.epoch_times))
     assert res.epoch_losses[-1] < res.epoch_losses[0]
     assert after["accuracy"] > before["accuracy"] and after["accuracy"] > 30
     assert model.training  # evaluate restores the mode
@@ -130,7 +131,7 @@ def test_run_variant_protocol(tiny_loaders):
     res = training.run_variant("tiny", small_model, *tiny_loaders, epochs=2, repeats=2,
                                make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05), progress=False)
     assert len(res.samples) == 2 and len(res.warmup) == 2
-    assert set(res.metrics) == {"total_s", "steps", "loss", "accuracy"} and res.metrics["steps"] == 16
+    assert set(res.metrics) == {"total_s", "steps", "loss", "accuracy", "data_wait_s"} and res.metrics["steps"] == 16
     with pytest.raises(ValueError, match="epochs >= 2"):
         training.run_variant("x", small_model, *tiny_loaders, epochs=1)
 
@@ -151,3 +152,20 @@ def test_run_in_fresh_process_applies_environment():
         training.run_in_fresh_process(epochz=2)
     with pytest.raises(RuntimeError, match="failed"):
         training.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, epochs=2, train_size=8, test_size=8)
+
+
+def test_data_wait_measures_a_slow_loader():
+    import time
+
+    class Slow(torch.utils.data.Dataset):
+        def __len__(self):
+            return 4
+
+        def __getitem__(self, i):
+            time.sleep(0.02)
+            return torch.zeros(1, 28, 28), 0
+
+    model, opt = fresh()
+    loader = data.make_loader(Slow(), 2, train=True)
+    res = training.train(model, loader, opt, nn.CrossEntropyLoss(), epochs=1, progress=False)
+    assert res.data_wait[0] >= 0.08 and res.data_wait[0] <= res.epoch_times[0]
