@@ -2,6 +2,8 @@
 #   make lab    -- install (once) and open the course in JupyterLab
 #   make test   -- install (once) and run the whole test suite (unit tests + every notebook)
 #   make setup  -- only install
+#   make reproduce -- run every chapter's measurements headless into results/<timestamp>/report.md
+#                     (COURSE_PROFILE=smoke|workshop|full; RESUME=latest continues an interrupted run)
 #
 # The virtual environment lives outside the clone, keyed by a hash of the pins, so a
 # second clone or a CI run reuses it: $(VENV). Override with `make VENV=/path ...`.
@@ -14,7 +16,7 @@ CACHE ?= $(HOME)/.cache/accelerate-course
 VENV ?= $(CACHE)/venv-$(PINS_HASH)
 BIN := $(VENV)/bin
 
-.PHONY: setup lab test unit notebooks execute clean-venv
+.PHONY: setup lab test unit execute reproduce bench clean-venv
 
 $(VENV)/.installed: pyproject.toml
 	@echo "Creating the course environment in $(VENV) (about 4 minutes, 8 GB, first time only)"
@@ -50,6 +52,13 @@ execute: setup
 		COURSE_PROFILE=$${PROFILE:-workshop} TQDM_DISABLE=1 "$(BIN)/jupyter" nbconvert --to notebook --execute --inplace \
 			--ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; \
 	done
+
+reproduce: setup
+	"$(BIN)/python" -m helpers.reproduce --profile $${COURSE_PROFILE:-workshop} $${RESUME:+--resume $$RESUME}
+
+# The dlprimitives training-step benchmark at the published settings (see chapter 12).
+bench: setup
+	"$(BIN)/python" -m helpers.bench $${BENCH_ARGS:---models resnet18}
 
 clean-venv:
 	rm -rf "$(VENV)"

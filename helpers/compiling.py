@@ -34,6 +34,7 @@ class CompileOutcome:
     first_step_s: float | None = None
     steady: Stats | None = None
     error: str = ""
+    note: str = ""
 
 
 def list_backends() -> list[str]:
@@ -48,14 +49,30 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:160]}"
 
 
+class _Collect(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+# Inductor/cudagraphs "perf hints" (e.g. cudagraphs skipping CPU tensors) are collected into
+# the outcome's note instead of being printed with source paths.
+_HINTS = "torch._inductor.cudagraph_utils.__perf_hints"
+
+
 def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
                         backend: str | None = "inductor", mode: str | None = None, steps: int = 10,
                         warmup: int = 2, device: torch.device | str = "cpu", seed: int = 0,
-                        lr: float = 1e-3) -> CompileOutcome:
+                        lr: float = 1e-3, cold_cache: bool = False) -> CompileOutcome:
     """Time training steps of a fresh seeded model, compiled with ``backend`` (None = eager).
 
     The first step (where compilation happens) is timed on its own; then ``warmup``
     untimed steps and ``steps`` timed ones. Failures are returned, not raised.
+    ``cold_cache=True`` disables Inductor's on-disk caches for the call, so the first step
+    shows the full compile cost even when an earlier run compiled the same graph.
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
@@ -66,6 +83,13 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     x, y = inputs.to(device), targets.to(device)
     name = backend or "eager"
+    hints, hint_logger = _Collect(), logging.getLogger(_HINTS)
+    hint_logger.addHandler(hints)
+    propagate, hint_logger.propagate = hint_logger.propagate, False
+    from torch._inductor import config as inductor_config
+
+    caches = inductor_config.force_disable_caches
+    inductor_config.force_disable_caches = cold_cache or caches
     try:
         step_model = model if backend is None else torch.compile(
             model, backend=backend, mode=None if mode in (None, "default") else mode)
@@ -88,7 +112,14 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
         return CompileOutcome(name, mode or "default", False, error=_short(exc))
     finally:
         torch._dynamo.reset()
-    return CompileOutcome(name, mode or "default", True, first, res.stats)
+        inductor_config.force_disable_caches = caches
+        hint_logger.removeHandler(hints)
+        hint_logger.propagate = propagate
+    note = ""
+    if any("skipping cudagraphs" in m for m in hints.messages):
+        reason = next(m for m in hints.messages if "skipping cudagraphs" in m).split(" due to ")[-1]
+        note = f"cudagraphs not applied ({reason.split('.')[0].split('(')[0].strip()})"
+    return CompileOutcome(name, mode or "default", True, first, res.stats, note=note)
 
 
 def outcomes_table(outcomes: list[CompileOutcome], baseline: str = "eager", title: str = "") -> Table:
@@ -100,7 +131,7 @@ def outcomes_table(outcomes: list[CompileOutcome], baseline: str = "eager", titl
         if o.ok and o.steady is not None:
             speed = base.steady.median / o.steady.median if base and base.steady else None
             table.add(o.backend, o.mode, o.first_step_s, o.steady.median * 1e3, o.steady.minimum * 1e3,
-                      o.steady.maximum * 1e3, speed, "ok")
+                      o.steady.maximum * 1e3, speed, f"ok; {o.note}" if o.note else "ok")
         else:
             table.add(o.backend, o.mode, None, None, None, None, None, o.error)
     return table

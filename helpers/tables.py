@@ -24,6 +24,8 @@ def fmt(value: Any, digits: int = 4) -> str:
     if isinstance(value, float):
         if value != value:  # NaN
             return "-"
+        if value.is_integer() and 1e3 <= abs(value) < 1e15:  # counts stored as floats
+            return f"{int(value):,}"
         if value == 0 or 1e-3 <= abs(value) < 1e6:
             return f"{value:.{digits}g}" if abs(value) < 1 else f"{value:,.{max(0, digits - len(str(int(abs(value)))))}f}"
         return f"{value:.{digits}e}"
@@ -82,6 +84,13 @@ class Table:
         cap = f"<caption>{html.escape(self.title)}</caption>" if self.title else ""
         foot = f"<p><small>{html.escape(self.note)}</small></p>" if self.note else ""
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{foot}"
+
+    def _repr_markdown_(self) -> str:
+        parts = [f"**{self.title}**", ""] if self.title else []
+        parts.append(self.to_markdown())
+        if self.note:
+            parts += ["", f"*{self.note}*"]
+        return "\n".join(parts)
 
     def to_markdown(self) -> str:
         lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]

@@ -122,7 +122,8 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
           epochs: int, device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None,
           grad_scaler: bool = False, compile: bool | str = False, max_steps_per_epoch: int | None = None,
           checkpoint: Path | str | None = None, checkpoint_every: int = 0, resume: bool = True,
-          progress: bool = True, stop_after: int | None = None, desc: str = "train") -> TrainResult:
+          progress: bool = True, stop_after: int | None = None, desc: str = "train",
+          write_checkpoints: bool = True) -> TrainResult:
     """Train ``model`` for ``epochs`` epochs and return per-epoch times and losses.
 
     * ``autocast_dtype``: run forward and loss under ``torch.autocast`` with this dtype;
@@ -131,7 +132,9 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
     * ``checkpoint``: file to write every ``checkpoint_every`` steps, at every epoch end and
       on Ctrl-C (after the step in flight), and to resume from when it exists and
       ``resume`` is True;
-    * ``stop_after``: raise StopTraining after this many steps of this call (for tests).
+    * ``stop_after``: raise StopTraining after this many steps of this call (for tests);
+    * ``write_checkpoints=False``: read the checkpoint but never write it (DDP ranks other
+      than 0, which hold identical replicas).
     """
     if epochs < 1:
         raise ValueError("epochs must be >= 1")
@@ -166,7 +169,7 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
         result.resumed_from = (start_epoch, start_batch)
 
     def snapshot(epoch: int, batch: int) -> None:
-        if checkpoint is None:
+        if checkpoint is None or not write_checkpoints:
             return
         save_checkpoint(checkpoint, {
             "model": model.state_dict(), "optimizer": optimizer.state_dict(),

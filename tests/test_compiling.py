@@ -54,3 +54,10 @@ def test_compiled_regions_in_profile():
     table = compiling.compiled_regions(prof)
     assert len(table) >= 1 and all("ompiled" in row["event"] for row in table.as_dicts())
     torch._dynamo.reset()
+
+
+def test_cudagraphs_on_cpu_is_noted_not_printed(capfd):
+    out = compiling.time_training_steps(tiny, X, Y, backend="cudagraphs", steps=1, warmup=0)
+    assert out.ok and "cudagraphs not applied" in out.note and "cpu" in out.note
+    assert "skipping cudagraphs" not in capfd.readouterr().err
+    assert compiling.outcomes_table([out]).as_dicts()[0]["status"].startswith("ok; cudagraphs not applied")

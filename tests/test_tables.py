@@ -9,7 +9,7 @@ def test_fmt():
     assert fmt(0.012345) == "0.01235"
     assert fmt(None) == "-" and fmt(float("nan")) == "-"
     assert fmt(True) == "True" and fmt("x") == "x"
-    assert "e" in fmt(3e9)
+    assert "e" in fmt(3e9 + 0.5) and fmt(2122186.0) == "2,122,186" and fmt(148.0) == "148.0"
 
 
 def test_table_renders(tmp_path):
@@ -18,6 +18,7 @@ def test_table_renders(tmp_path):
     assert text.splitlines()[0] == "T" and text.endswith("N") and "bb" in text
     assert "<td>1.500</td>" in t._repr_html_()
     assert t.to_markdown().startswith("| name | value |")
+    assert t._repr_markdown_().startswith("**T**") and t._repr_markdown_().endswith("*N*")
     t.to_csv(tmp_path / "t.csv")
     assert (tmp_path / "t.csv").read_text().splitlines()[1] == "a,1.5"
     assert t.column("value") == [1.5, None] and len(t) == 2

@@ -1,0 +1,206 @@
+"""Reproduce every chapter's measurements headless: ``python -m helpers.reproduce``.
+
+Each chapter notebook is executed (nbclient) at the chosen profile into a new timestamped
+folder under ``results/``; the executed copies, their figures (PNG) and a ``report.md``
+with the machine fingerprint and each chapter's "Published vs yours" tables are written
+there. Progress is printed per chapter and recorded in ``state.json`` after each one, so an
+interrupted run continues with ``--resume`` (the newest unfinished folder, or a named one)
+without redoing finished chapters. An earlier report is never overwritten.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import os
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from . import devices, profiles, system
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+REPORT_HEADING = "published vs yours"
+
+# chapter -> (what it needs, test); the chapter still runs and reports the published numbers
+HARDWARE: dict[str, tuple[str, Callable[[], bool]]] = {
+    "10": ("2 or more CUDA GPUs", lambda: devices.is_available("cuda") and __import__("torch").cuda.device_count() >= 2),
+    "12": ("an Intel Arc GPU (xpu) for the Arc-specific numbers; the benchmark runs on this device",
+           lambda: devices.is_available("xpu")),
+}
+
+
+def missing_hardware(chapter: str) -> str | None:
+    """What a chapter needs that this machine lacks (None when nothing is missing)."""
+    need = HARDWARE.get(chapter)
+    return None if need is None or need[1]() else need[0]
+
+
+def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | None = None) -> list[Path]:
+    """The chapter notebooks (NN_slug.ipynb), optionally only the chapters named ('03', '3', ...)."""
+    found = sorted(directory.glob("[0-9][0-9]_*.ipynb"))
+    if chapters:
+        wanted = {c.zfill(2) for c in chapters}
+        unknown = wanted - {p.name[:2] for p in found}
+        if unknown:
+            raise ValueError(f"no notebook for chapter(s) {', '.join(sorted(unknown))} in {directory}")
+        found = [p for p in found if p.name[:2] in wanted]
+    if not found:
+        raise ValueError(f"no chapter notebooks in {directory}")
+    return found
+
+
+def _latest_unfinished(root: Path) -> Path | None:
+    for folder in sorted((p for p in root.glob("*") if (p / "state.json").exists()), reverse=True):
+        state = json.loads((folder / "state.json").read_text())
+        if not state.get("finished"):
+            return folder
+    return None
+
+
+def _write_json(path: Path, payload: dict[str, Any]) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    tmp.replace(path)
+
+
+def execute(notebook: Path, destination: Path, timeout: int = 1800) -> None:
+    """Execute a notebook in its own folder (for relative paths) and save the executed copy."""
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(notebook, as_version=4)
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(notebook.parent)}})
+    try:
+        client.execute()
+    finally:
+        nbformat.write(nb, destination)
+
+
+def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
+    """From an executed notebook: the outputs of its 'Published vs yours' section (markdown)
+    and every figure, saved as PNG files in ``figures``."""
+    import nbformat
+
+    nb = nbformat.read(executed, as_version=4)
+    tables, images, in_section = [], [], False
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("## "):
+                    in_section = REPORT_HEADING in line.lower()
+            continue
+        for out in cell.get("outputs", []):
+            data = out.get("data", {})
+            if "image/png" in data:
+                path = figures / f"{executed.stem}-{len(images) + 1}.png"
+                path.write_bytes(base64.b64decode(data["image/png"]))
+                images.append(path.name)
+            elif in_section:
+                text = data.get("text/markdown") or data.get("text/plain") or "".join(out.get("text", ""))
+                if text and out.get("name") != "stderr":
+                    tables.append(text if "text/markdown" in data else f"```\n{text.rstrip()}\n```")
+    return tables, images
+
+
+def write_report(folder: Path, state: dict[str, Any]) -> Path:
+    """report.md: fingerprint, then per chapter its status, published-vs-yours tables and figures."""
+    lines = [f"# Course measurements ({state['profile']} profile)", "",
+             f"Started {state['started']}; {'finished' if state.get('finished') else 'in progress'}.", "",
+             "Machine:", "", "```", json.dumps(state["machine"], indent=2, default=str), "```", ""]
+    for name in state["chapters"]:
+        ch = state["results"].get(name, {})
+        lines += [f"## {name}", ""]
+        if ch.get("missing"):
+            lines += [f"*Needs {ch['missing']}: not measured on this machine; published numbers shown.*", ""]
+        if ch.get("status") == "failed":
+            lines += [f"**Failed:** {ch.get('error', '')}", ""]
+        elif ch.get("status") != "done":
+            lines += ["*Not run yet.*", ""]
+            continue
+        lines += [f"Ran in {ch['seconds']:.0f} s. Executed notebook: `notebooks/{name}.ipynb`.", ""]
+        lines += [t + "\n" for t in ch.get("tables", [])]
+        lines += [f"![{img}](figures/{img})" for img in ch.get("figures", [])] + [""]
+    report = folder / "report.md"
+    report.write_text("\n".join(lines))
+    return report
+
+
+def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Path("results"),
+        resume: str | None = None, notebooks: Path = NOTEBOOKS, timeout: int = 1800) -> Path:
+    """Execute the chapters and write the report; returns the run's folder."""
+    os.environ["COURSE_PROFILE"] = profile
+    profiles.current_profile()  # validates the name
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    root = root.resolve()
+    if resume:
+        folder = _latest_unfinished(root) if resume == "latest" else Path(resume).resolve()
+        if folder is None or not (folder / "state.json").exists():
+            raise ValueError(f"nothing to resume in {root if resume == 'latest' else resume}")
+        state = json.loads((folder / "state.json").read_text())
+        if state["profile"] != profile:
+            raise ValueError(f"{folder} was run with profile {state['profile']!r}; resume it with that profile")
+    else:
+        folder = root / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile}"
+        while folder.exists():  # never overwrite an earlier run
+            folder = folder.with_name(folder.name + "x")
+        paths = chapter_notebooks(notebooks, chapters)
+        state = {"profile": profile, "started": datetime.now().isoformat(timespec="seconds"),
+                 "machine": system.fingerprint(), "chapters": [p.stem for p in paths],
+                 "notebooks": str(notebooks), "results": {}, "finished": False}
+    (folder / "notebooks").mkdir(parents=True, exist_ok=True)
+    (folder / "figures").mkdir(exist_ok=True)
+    source = Path(state.get("notebooks", notebooks))
+    todo = [n for n in state["chapters"] if state["results"].get(n, {}).get("status") != "done"]
+    print(f"{folder}: {len(state['chapters']) - len(todo)} chapter(s) done, {len(todo)} to run ({profile} profile)")
+    for i, name in enumerate(todo, 1):
+        missing = missing_hardware(name[:2])
+        print(f"[{i}/{len(todo)}] {name}" + (f" (needs {missing}: published numbers only)" if missing else ""),
+              flush=True)
+        start = time.perf_counter()
+        entry: dict[str, Any] = {"missing": missing}
+        try:
+            execute(source / f"{name}.ipynb", folder / "notebooks" / f"{name}.ipynb", timeout=timeout)
+            tables, figures = extract(folder / "notebooks" / f"{name}.ipynb", folder / "figures")
+            entry.update(status="done", tables=tables, figures=figures)
+        except KeyboardInterrupt:
+            print("interrupted: resume with --resume latest", flush=True)
+            _write_json(folder / "state.json", state)
+            write_report(folder, state)
+            raise
+        except Exception as exc:  # a failing chapter is reported, the others still run
+            entry.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
+        entry["seconds"] = time.perf_counter() - start
+        state["results"][name] = entry
+        _write_json(folder / "state.json", state)
+        write_report(folder, state)
+        print(f"      {entry['status']} in {entry['seconds']:.0f} s", flush=True)
+    state["finished"] = True
+    _write_json(folder / "state.json", state)
+    report = write_report(folder, state)
+    print(f"report: {report}")
+    return folder
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="python -m helpers.reproduce", description=__doc__.splitlines()[0])
+    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE") or profiles.DEFAULT_PROFILE,
+                   choices=profiles.PROFILES)
+    p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
+    p.add_argument("--out", default="results", help="folder for the timestamped runs")
+    p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell")
+    args = p.parse_args(argv)
+    try:
+        run(args.profile, chapters=args.chapters, root=Path(args.out), resume=args.resume, timeout=args.timeout)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+import json
+
+import nbformat
+import pytest
+
+from helpers import reproduce
+
+
+def make_notebooks(folder, fail=False):
+    folder.mkdir()
+    for name, code in [("01_alpha", "print('measured 1.5x')"), ("02_beta", "raise ValueError('boom')" if fail else "x = 2")]:
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell("import os; print(os.environ['COURSE_PROFILE'])"),
+                    nbformat.v4.new_markdown_cell("## Published vs yours"),
+                    nbformat.v4.new_code_cell(code)]
+        nbformat.write(nb, folder / f"{name}.ipynb")
+    return folder
+
+
+def test_run_report_and_resume(tmp_path, capsys):
+    nbs = make_notebooks(tmp_path / "nbs")
+    run = reproduce.run("smoke", root=tmp_path / "results", notebooks=nbs, chapters=["1"])
+    state = json.loads((run / "state.json").read_text())
+    assert state["finished"] and state["chapters"] == ["01_alpha"]
+    report = (run / "report.md").read_text()
+    assert "## 01_alpha" in report and "measured 1.5x" in report and "smoke profile" in report
+    assert (run / "notebooks" / "01_alpha.ipynb").exists()
+    second = reproduce.run("smoke", root=tmp_path / "results", notebooks=nbs)
+    assert second != run and run.exists()  # a new folder: the earlier report is kept
+    assert "[1/2]" in capsys.readouterr().out
+
+
+def test_resume_skips_finished_chapters(tmp_path, capsys):
+    nbs = make_notebooks(tmp_path / "nbs")
+    run = reproduce.run("smoke", root=tmp_path / "r", notebooks=nbs)
+    state = json.loads((run / "state.json").read_text())
+    state["finished"] = False
+    state["results"].pop("02_beta")
+    (run / "state.json").write_text(json.dumps(state))
+    capsys.readouterr()
+    again = reproduce.run("smoke", root=tmp_path / "r", notebooks=nbs, resume="latest")
+    out = capsys.readouterr().out
+    assert again == run and "1 chapter(s) done, 1 to run" in out and "02_beta" in out and "01_alpha" not in out
+    with pytest.raises(ValueError, match="profile 'smoke'"):
+        state["finished"] = False
+        (run / "state.json").write_text(json.dumps(state))
+        reproduce.run("workshop", root=tmp_path / "r", notebooks=nbs, resume=str(run))
+
+
+def test_failures_and_bad_input(tmp_path):
+    nbs = make_notebooks(tmp_path / "nbs", fail=True)
+    run = reproduce.run("smoke", root=tmp_path / "r", notebooks=nbs)
+    state = json.loads((run / "state.json").read_text())
+    assert state["results"]["02_beta"]["status"] == "failed" and "boom" in state["results"]["02_beta"]["error"]
+    assert "**Failed:**" in (run / "report.md").read_text()
+    with pytest.raises(ValueError, match="no notebook for chapter"):
+        reproduce.chapter_notebooks(nbs, ["7"])
+    with pytest.raises(ValueError, match="nothing to resume"):
+        reproduce.run("smoke", root=tmp_path / "empty", notebooks=nbs, resume="latest")
+
+
+def test_missing_hardware_is_named():
+    assert reproduce.missing_hardware("01") is None
+    msg = reproduce.missing_hardware("10")
+    assert msg is None or "CUDA" in msg
