@@ -31,7 +31,7 @@ $(VENV)/.installed: pyproject.toml
 # The editable install points at this clone; re-point it (seconds) in case the cached
 # environment was made from another clone.
 setup: $(VENV)/.installed
-	@cd /tmp && "$(BIN)/python" -c 'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" \
+	@cd /tmp && "$(BIN)/python" -c 'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" 2>/dev/null \
 		|| "$(BIN)/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
 	@"$(BIN)/python" -m pip check
 

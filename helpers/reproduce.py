@@ -1,9 +1,9 @@
 """Reproduce every chapter's measurements headless: ``python -m helpers.reproduce``.
 
 Each chapter notebook is executed (nbclient) at the chosen profile into a new timestamped
-folder under ``results/``; the executed copies, their figures (PNG) and a ``report.md``
-with the machine fingerprint and each chapter's "Published vs yours" tables are written
-there. Progress is printed per chapter and recorded in ``state.json`` after each one, so an
+folder under ``results/``; the executed copies, their figures (PNG), each kernel's log and
+a ``report.md`` with the machine fingerprint and each chapter's "Published vs yours" tables
+(the outputs of that section, and of any cell tagged ``report``) are written there. Progress is printed per chapter and recorded in ``state.json`` after each one, so an
 interrupted run continues with ``--resume`` (the newest unfinished folder, or a named one)
 without redoing finished chapters. An earlier report is never overwritten.
 """
@@ -24,11 +24,15 @@ from . import devices, profiles, system
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
+REPORT_TAG = "report"
 
-# chapter -> (what it needs, test); the chapter still runs and reports the published numbers
-HARDWARE: dict[str, tuple[str, Callable[[], bool]]] = {
-    "10": ("2 or more CUDA GPUs", lambda: devices.is_available("cuda") and __import__("torch").cuda.device_count() >= 2),
-    "12": ("an Intel Arc GPU (xpu) for the Arc-specific numbers; the benchmark runs on this device",
+# chapter -> (what it needs, what the chapter does without it, test); the chapter still runs
+HARDWARE: dict[str, tuple[str, str, Callable[[], bool]]] = {
+    "10": ("2 or more CUDA GPUs", "not measured on this machine; published numbers shown",
+           lambda: devices.is_available("cuda") and __import__("torch").cuda.device_count() >= 2),
+    "12": ("an Intel Arc GPU (xpu)",
+           "the Arc-specific measurements are not run (published numbers shown); the pitfall checks and "
+           "the dlprimitives benchmark ran on this machine's device",
            lambda: devices.is_available("xpu")),
 }
 
@@ -36,7 +40,13 @@ HARDWARE: dict[str, tuple[str, Callable[[], bool]]] = {
 def missing_hardware(chapter: str) -> str | None:
     """What a chapter needs that this machine lacks (None when nothing is missing)."""
     need = HARDWARE.get(chapter)
-    return None if need is None or need[1]() else need[0]
+    return None if need is None or need[2]() else need[0]
+
+
+def missing_consequence(chapter: str) -> str:
+    """What a chapter does when its hardware is missing (one sentence fragment)."""
+    need = HARDWARE.get(chapter)
+    return need[1] if need else "not measured on this machine"
 
 
 def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | None = None) -> list[Path]:
@@ -67,23 +77,29 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def execute(notebook: Path, destination: Path, timeout: int = 1800) -> None:
-    """Execute a notebook in its own folder (for relative paths) and save the executed copy."""
+def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | None = None) -> None:
+    """Execute a notebook in its own folder (for relative paths) and save the executed copy.
+
+    The kernel's own stdout/stderr (library warnings, not cell outputs) go to ``log`` when
+    given, so the console shows progress only and nothing is lost."""
     import nbformat
     from nbclient import NotebookClient
 
     nb = nbformat.read(notebook, as_version=4)
     client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(notebook.parent)}})
+    stream = open(log, "w") if log is not None else None
     try:
-        client.execute()
+        client.execute(**({"stdout": stream, "stderr": stream} if stream else {}))
     finally:
         nbformat.write(nb, destination)
+        if stream:
+            stream.close()
 
 
 def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
-    """From an executed notebook: the outputs of its 'Published vs yours' section (markdown)
-    and every figure, saved as PNG files in ``figures``."""
+    """From an executed notebook: the outputs of its 'Published vs yours' section and of cells
+    tagged ``report`` (as markdown), and every figure, saved as PNG files in ``figures``."""
     import nbformat
 
     nb = nbformat.read(executed, as_version=4)
@@ -94,13 +110,14 @@ def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
                 if line.startswith("## "):
                     in_section = REPORT_HEADING in line.lower()
             continue
+        wanted = in_section or REPORT_TAG in cell.get("metadata", {}).get("tags", [])
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if "image/png" in data:
                 path = figures / f"{executed.stem}-{len(images) + 1}.png"
                 path.write_bytes(base64.b64decode(data["image/png"]))
                 images.append(path.name)
-            elif in_section:
+            elif wanted:
                 text = data.get("text/markdown") or data.get("text/plain") or "".join(out.get("text", ""))
                 if text and out.get("name") != "stderr":
                     tables.append(text if "text/markdown" in data else f"```\n{text.rstrip()}\n```")
@@ -116,14 +133,14 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
         ch = state["results"].get(name, {})
         lines += [f"## {name}", ""]
         if ch.get("missing"):
-            lines += [f"*Needs {ch['missing']}: not measured on this machine; published numbers shown.*", ""]
+            lines += [f"*Needs {ch['missing']}: {missing_consequence(name[:2])}.*", ""]
         if ch.get("status") == "failed":
             lines += [f"**Failed:** {ch.get('error', '')}", ""]
         elif ch.get("status") != "done":
             lines += ["*Not run yet.*", ""]
             continue
         lines += [f"Ran in {ch['seconds']:.0f} s. Executed notebook: `notebooks/{name}.ipynb`.", ""]
-        lines += [t + "\n" for t in ch.get("tables", [])]
+        lines += [t + "\n" for t in ch.get("tables", [])] or ["*This chapter has no table for the report.*", ""]
         lines += [f"![{img}](figures/{img})" for img in ch.get("figures", [])] + [""]
     report = folder / "report.md"
     report.write_text("\n".join(lines))
@@ -154,6 +171,7 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
                  "notebooks": str(notebooks), "results": {}, "finished": False}
     (folder / "notebooks").mkdir(parents=True, exist_ok=True)
     (folder / "figures").mkdir(exist_ok=True)
+    (folder / "logs").mkdir(exist_ok=True)
     source = Path(state.get("notebooks", notebooks))
     todo = [n for n in state["chapters"] if state["results"].get(n, {}).get("status") != "done"]
     print(f"{folder}: {len(state['chapters']) - len(todo)} chapter(s) done, {len(todo)} to run ({profile} profile)")
@@ -164,7 +182,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         start = time.perf_counter()
         entry: dict[str, Any] = {"missing": missing}
         try:
-            execute(source / f"{name}.ipynb", folder / "notebooks" / f"{name}.ipynb", timeout=timeout)
+            execute(source / f"{name}.ipynb", folder / "notebooks" / f"{name}.ipynb", timeout=timeout,
+                    log=folder / "logs" / f"{name}.log")
             tables, figures = extract(folder / "notebooks" / f"{name}.ipynb", folder / "figures")
             entry.update(status="done", tables=tables, figures=figures)
         except KeyboardInterrupt:
@@ -173,7 +192,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
             write_report(folder, state)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
-            entry.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]}")
+            entry.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]} "
+                                                f"(see notebooks/{name}.ipynb and logs/{name}.log)")
         entry["seconds"] = time.perf_counter() - start
         state["results"][name] = entry
         _write_json(folder / "state.json", state)

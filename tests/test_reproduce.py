@@ -10,7 +10,11 @@ def make_notebooks(folder, fail=False):
     folder.mkdir()
     for name, code in [("01_alpha", "print('measured 1.5x')"), ("02_beta", "raise ValueError('boom')" if fail else "x = 2")]:
         nb = nbformat.v4.new_notebook()
+        tagged = nbformat.v4.new_code_cell("print('tagged table')")
+        tagged.metadata["tags"] = ["report"]
         nb.cells = [nbformat.v4.new_code_cell("import os; print(os.environ['COURSE_PROFILE'])"),
+                    nbformat.v4.new_code_cell("import os; os.write(2, b'kernel noise'); print('untagged')"),
+                    tagged,
                     nbformat.v4.new_markdown_cell("## Published vs yours"),
                     nbformat.v4.new_code_cell(code)]
         nbformat.write(nb, folder / f"{name}.ipynb")
@@ -24,7 +28,10 @@ def test_run_report_and_resume(tmp_path, capsys):
     assert state["finished"] and state["chapters"] == ["01_alpha"]
     report = (run / "report.md").read_text()
     assert "## 01_alpha" in report and "measured 1.5x" in report and "smoke profile" in report
+    assert "tagged table" in report and "untagged" not in report  # section + tagged cells only
     assert (run / "notebooks" / "01_alpha.ipynb").exists()
+    assert "kernel noise" in (run / "logs" / "01_alpha.log").read_text()  # the kernel's own stderr is kept
+    assert "kernel noise" not in report
     second = reproduce.run("smoke", root=tmp_path / "results", notebooks=nbs)
     assert second != run and run.exists()  # a new folder: the earlier report is kept
     assert "[1/2]" in capsys.readouterr().out
@@ -63,3 +70,6 @@ def test_missing_hardware_is_named():
     assert reproduce.missing_hardware("01") is None
     msg = reproduce.missing_hardware("10")
     assert msg is None or "CUDA" in msg
+    assert "published numbers" in reproduce.missing_consequence("10")
+    assert "benchmark ran" in reproduce.missing_consequence("12")
+    assert reproduce.missing_consequence("01") == "not measured on this machine"
