@@ -177,7 +177,7 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     print(f"{folder}: {len(state['chapters']) - len(todo)} chapter(s) done, {len(todo)} to run ({profile} profile)")
     for i, name in enumerate(todo, 1):
         missing = missing_hardware(name[:2])
-        print(f"[{i}/{len(todo)}] {name}" + (f" (needs {missing}: published numbers only)" if missing else ""),
+        print(f"[{i}/{len(todo)}] {name}" + (f" (needs {missing}: {missing_consequence(name[:2])})" if missing else ""),
               flush=True)
         start = time.perf_counter()
         entry: dict[str, Any] = {"missing": missing}

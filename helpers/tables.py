@@ -93,8 +93,11 @@ class Table:
         return "\n".join(parts)
 
     def to_markdown(self) -> str:
-        lines = ["| " + " | ".join(self.columns) + " |", "|" + "---|" * len(self.columns)]
-        lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in self.rows]
+        def cell(text: str) -> str:  # a '|' inside a value would split the column
+            return text.replace("|", "\\|")
+
+        lines = ["| " + " | ".join(cell(c) for c in self.columns) + " |", "|" + "---|" * len(self.columns)]
+        lines += ["| " + " | ".join(cell(fmt(v)) for v in row) + " |" for row in self.rows]
         return "\n".join(lines)
 
     def to_csv(self, path: Path | str | None = None) -> str:

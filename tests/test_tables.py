@@ -18,6 +18,8 @@ def test_table_renders(tmp_path):
     assert text.splitlines()[0] == "T" and text.endswith("N") and "bb" in text
     assert "<td>1.500</td>" in t._repr_html_()
     assert t.to_markdown().startswith("| name | value |")
+    piped = Table(["setup", "ms"], [["pytorch/cuda | rtx 2060", 1.0]]).to_markdown()
+    assert piped.splitlines()[2] == "| pytorch/cuda \\| rtx 2060 | 1.000 |"  # still two columns
     assert t._repr_markdown_().startswith("**T**") and t._repr_markdown_().endswith("*N*")
     t.to_csv(tmp_path / "t.csv")
     assert (tmp_path / "t.csv").read_text().splitlines()[1] == "a,1.5"
