@@ -14,13 +14,14 @@ import argparse
 import base64
 import json
 import os
+import re
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from . import devices, profiles, system
+from . import data, devices, profiles, system
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
@@ -61,6 +62,27 @@ def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | Non
     if not found:
         raise ValueError(f"no chapter notebooks in {directory}")
     return found
+
+
+def check_datasets() -> list[str]:
+    """With real data, make sure every course dataset is on disk (downloading it if needed)
+    before any chapter runs; raises DatasetUnavailableError with what to do otherwise.
+    Returns the names checked (none with the stand-in)."""
+    if profiles.data_source() != "real":
+        return []
+    for name in data.SPECS:
+        for train in (True, False):
+            data.load_dataset(name, train=train, source="real")
+    return list(data.SPECS)
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def failure_reason(exc: BaseException) -> str:
+    """The last line of an error (a notebook's error is its cell's last line), without colours."""
+    lines = [ln for ln in _ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[-1][:1000] if lines else ''}"
 
 
 def _latest_unfinished(root: Path) -> Path | None:
@@ -127,7 +149,8 @@ def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
 def write_report(folder: Path, state: dict[str, Any]) -> Path:
     """report.md: fingerprint, then per chapter its status, published-vs-yours tables and figures."""
     lines = [f"# Course measurements ({state['profile']} profile)", "",
-             f"Started {state['started']}; {'finished' if state.get('finished') else 'in progress'}.", "",
+             f"Started {state['started']}; {'finished' if state.get('finished') else 'in progress'}. "
+             f"{state.get('data', '')}", "",
              "Machine:", "", "```", json.dumps(state["machine"], indent=2, default=str), "```", ""]
     for name in state["chapters"]:
         ch = state["results"].get(name, {})
@@ -166,9 +189,10 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         while folder.exists():  # never overwrite an earlier run
             folder = folder.with_name(folder.name + "x")
         paths = chapter_notebooks(notebooks, chapters)
-        state = {"profile": profile, "started": datetime.now().isoformat(timespec="seconds"),
+        state = {"profile": profile, "data": profiles.describe(), "started": datetime.now().isoformat(timespec="seconds"),
                  "machine": system.fingerprint(), "chapters": [p.stem for p in paths],
                  "notebooks": str(notebooks), "results": {}, "finished": False}
+    check_datasets()  # fail in seconds, not once per chapter
     (folder / "notebooks").mkdir(parents=True, exist_ok=True)
     (folder / "figures").mkdir(exist_ok=True)
     (folder / "logs").mkdir(exist_ok=True)
@@ -192,8 +216,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
             write_report(folder, state)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
-            entry.update(status="failed", error=f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1][:300]} "
-                                                f"(see notebooks/{name}.ipynb and logs/{name}.log)")
+            entry.update(status="failed",
+                         error=f"{failure_reason(exc)} (see notebooks/{name}.ipynb and logs/{name}.log)")
         entry["seconds"] = time.perf_counter() - start
         state["results"][name] = entry
         _write_json(folder / "state.json", state)
@@ -217,7 +241,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = p.parse_args(argv)
     try:
         run(args.profile, chapters=args.chapters, root=Path(args.out), resume=args.resume, timeout=args.timeout)
-    except ValueError as exc:
+    except (ValueError, data.DatasetUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
 

@@ -28,6 +28,7 @@ def test_run_report_and_resume(tmp_path, capsys):
     assert state["finished"] and state["chapters"] == ["01_alpha"]
     report = (run / "report.md").read_text()
     assert "## 01_alpha" in report and "measured 1.5x" in report and "smoke profile" in report
+    assert "data=standin" in report
     assert "tagged table" in report and "untagged" not in report  # section + tagged cells only
     assert (run / "notebooks" / "01_alpha.ipynb").exists()
     assert "kernel noise" in (run / "logs" / "01_alpha.log").read_text()  # the kernel's own stderr is kept
@@ -73,3 +74,26 @@ def test_missing_hardware_is_named():
     assert "published numbers" in reproduce.missing_consequence("10")
     assert "benchmark ran" in reproduce.missing_consequence("12")
     assert reproduce.missing_consequence("01") == "not measured on this machine"
+
+
+def test_real_data_missing_fails_before_any_chapter(tmp_path, monkeypatch, capsys):
+    from helpers import data
+
+    def offline(name, train=True, source=None, **kwargs):
+        raise data.DatasetUnavailableError(f"no {name}: run with COURSE_DATA=standin")
+
+    monkeypatch.setattr(data, "load_dataset", offline)
+    monkeypatch.setenv("COURSE_DATA", "real")
+    nbs = make_notebooks(tmp_path / "nbs")
+    with pytest.raises(SystemExit) as info:
+        reproduce.main(["--profile", "workshop", "--out", str(tmp_path / "r"), "--chapters", "1"])
+    assert info.value.code == 2 and "COURSE_DATA=standin" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # nothing half-made
+    monkeypatch.setenv("COURSE_DATA", "standin")
+    assert reproduce.check_datasets() == []
+    assert nbs.exists()
+
+
+def test_failure_reason_is_one_clean_line():
+    exc = RuntimeError("Traceback...\n\x1b[31mDatasetUnavailableError\x1b[39m: get the data\n")
+    assert reproduce.failure_reason(exc) == "RuntimeError: DatasetUnavailableError: get the data"
