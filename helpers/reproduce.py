@@ -3,9 +3,11 @@
 Each chapter notebook is executed (nbclient) at the chosen profile into a new timestamped
 folder under ``results/``; the executed copies, their figures (PNG), each kernel's log and
 a ``report.md`` with the machine fingerprint and each chapter's "Published vs yours" tables
-(the outputs of that section, and of any cell tagged ``report``) are written there. Progress is printed per chapter and recorded in ``state.json`` after each one, so an
-interrupted run continues with ``--resume`` (the newest unfinished folder, or a named one)
-without redoing finished chapters. An earlier report is never overwritten.
+(the outputs of that section, and of any cell tagged ``report``) are written there. With
+real data, the datasets are checked (and downloaded) before the first chapter. Progress is
+printed per chapter and recorded in ``state.json`` after each one, so an interrupted run
+continues with ``--resume`` (the newest unfinished folder, or a named one) without redoing
+finished chapters. An earlier report is never overwritten.
 """
 
 from __future__ import annotations
@@ -189,7 +191,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         while folder.exists():  # never overwrite an earlier run
             folder = folder.with_name(folder.name + "x")
         paths = chapter_notebooks(notebooks, chapters)
-        state = {"profile": profile, "data": profiles.describe(), "started": datetime.now().isoformat(timespec="seconds"),
+        state = {"profile": profile, "data": profiles.describe(),
+                 "started": datetime.now().isoformat(timespec="seconds"),
                  "machine": system.fingerprint(), "chapters": [p.stem for p in paths],
                  "notebooks": str(notebooks), "results": {}, "finished": False}
     check_datasets()  # fail in seconds, not once per chapter
