@@ -115,6 +115,13 @@ def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | 
     stream = open(log, "w") if log is not None else None
     try:
         client.execute(**({"stdout": stream, "stderr": stream} if stream else {}))
+    except Exception:
+        # nbclient answers Ctrl-C (SIGINT) or SIGTERM itself: it shuts the kernel down and the
+        # execution then fails with DeadKernelError or similar. Its handler leaves this future
+        # behind; report the run as interrupted, not the chapter as failed.
+        if getattr(client, "_async_cleanup_kernel_future", None) is not None:
+            raise KeyboardInterrupt from None
+        raise
     finally:
         nbformat.write(nb, destination)
         if stream:
@@ -204,8 +211,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     print(f"{folder}: {len(state['chapters']) - len(todo)} chapter(s) done, {len(todo)} to run ({profile} profile)")
     for i, name in enumerate(todo, 1):
         missing = missing_hardware(name[:2])
-        print(f"[{i}/{len(todo)}] {name}" + (f" (needs {missing}: {missing_consequence(name[:2])})" if missing else ""),
-              flush=True)
+        print(f"[{i}/{len(todo)}] {name}"
+              + (f" (needs {missing}: {missing_consequence(name[:2])})" if missing else ""), flush=True)
         start = time.perf_counter()
         entry: dict[str, Any] = {"missing": missing}
         try:
@@ -213,10 +220,11 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
                     log=folder / "logs" / f"{name}.log")
             tables, figures = extract(folder / "notebooks" / f"{name}.ipynb", folder / "figures")
             entry.update(status="done", tables=tables, figures=figures)
-        except KeyboardInterrupt:
-            print("interrupted: resume with --resume latest", flush=True)
+        except KeyboardInterrupt:  # the chapter stays unfinished: a resume runs it again
             _write_json(folder / "state.json", state)
             write_report(folder, state)
+            print(f"interrupted during {name}; continue with `RESUME=latest make reproduce` "
+                  f"(or `python -m helpers.reproduce --profile {profile} --resume {folder}`)", flush=True)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
             entry.update(status="failed",
@@ -247,6 +255,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     except (ValueError, data.DatasetUnavailableError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
+    except KeyboardInterrupt:
+        sys.exit(130)
 
 
 if __name__ == "__main__":

@@ -97,3 +97,34 @@ def test_real_data_missing_fails_before_any_chapter(tmp_path, monkeypatch, capsy
 def test_failure_reason_is_one_clean_line():
     exc = RuntimeError("Traceback...\n\x1b[31mDatasetUnavailableError\x1b[39m: get the data\n")
     assert reproduce.failure_reason(exc) == "RuntimeError: DatasetUnavailableError: get the data"
+
+
+def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    nbs = make_notebooks(tmp_path / "nbs")
+    slow = nbformat.read(nbs / "02_beta.ipynb", as_version=4)
+    slow.cells.append(nbformat.v4.new_code_cell("import time; print('started', flush=True); time.sleep(60)"))
+    nbformat.write(slow, nbs / "02_beta.ipynb")
+    code = ("import sys; from pathlib import Path; from helpers import reproduce; "
+            f"reproduce.run('smoke', root=Path(sys.argv[1]), notebooks=Path({str(nbs)!r}))")
+    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "r")], stdout=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.time() + 60
+    while time.time() < deadline and not any((tmp_path / "r").glob("*/logs/02_beta.log")):
+        time.sleep(0.2)
+    time.sleep(3)  # the second chapter's kernel is running its cells
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "interrupted during 02_beta" in out, out
+    run = next((tmp_path / "r").iterdir())
+    state = json.loads((run / "state.json").read_text())
+    assert not state["finished"] and list(state["results"]) == ["01_alpha"]  # 02 not marked failed or done
+    slow.cells.pop()
+    nbformat.write(slow, nbs / "02_beta.ipynb")
+    assert reproduce.run("smoke", root=tmp_path / "r", resume="latest") == run
+    state = json.loads((run / "state.json").read_text())
+    assert state["finished"] and state["results"]["02_beta"]["status"] == "done"
