@@ -21,7 +21,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 from . import data, devices, profiles, system
 
@@ -29,27 +29,34 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
 REPORT_TAG = "report"
 
-# chapter -> (what it needs, what the chapter does without it, test); the chapter still runs
-HARDWARE: dict[str, tuple[str, str, Callable[[], bool]]] = {
-    "10": ("2 or more CUDA GPUs", "not measured on this machine; published numbers shown",
-           lambda: devices.is_available("cuda") and __import__("torch").cuda.device_count() >= 2),
-    "12": ("an Intel Arc GPU (xpu)",
-           "the Arc-specific measurements are not run (published numbers shown); the pitfall checks and "
-           "the dlprimitives benchmark ran on this machine's device",
-           lambda: devices.is_available("xpu")),
+class Need(NamedTuple):
+    """Hardware a chapter needs; without it the chapter still runs and does ``without``."""
+
+    what: str
+    without: str
+    present: Callable[[], bool]
+
+
+HARDWARE: dict[str, Need] = {
+    "10": Need("2 or more CUDA GPUs", "not measured on this machine; published numbers shown",
+               lambda: devices.is_available("cuda") and __import__("torch").cuda.device_count() >= 2),
+    "12": Need("an Intel Arc GPU (xpu)",
+               "the Arc-specific measurements are not run (published numbers shown); the pitfall checks and "
+               "the dlprimitives benchmark ran on this machine's device",
+               lambda: devices.is_available("xpu")),
 }
 
 
 def missing_hardware(chapter: str) -> str | None:
     """What a chapter needs that this machine lacks (None when nothing is missing)."""
     need = HARDWARE.get(chapter)
-    return None if need is None or need[2]() else need[0]
+    return None if need is None or need.present() else need.what
 
 
 def missing_consequence(chapter: str) -> str:
     """What a chapter does when its hardware is missing (one sentence fragment)."""
     need = HARDWARE.get(chapter)
-    return need[1] if need else "not measured on this machine"
+    return need.without if need else "not measured on this machine"
 
 
 def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | None = None) -> list[Path]:
