@@ -2,8 +2,13 @@
 #   make lab    -- install (once) and open the course in JupyterLab
 #   make test   -- install (once) and run the whole test suite (unit tests + every notebook)
 #   make setup  -- only install
+#   make student -- student copies of the notebooks (no outputs, empty answer cells) in notebooks/student/
 #   make reproduce -- run every chapter's measurements headless into results/<timestamp>/report.md
-#                     (COURSE_PROFILE=smoke|workshop|full; RESUME=latest continues an interrupted run)
+#                     (COURSE_PROFILE=smoke|workshop|full; RESUME=latest continues an interrupted run;
+#                      CHAPTERS="01 05" runs only those chapters)
+#   make doctor -- check the setup (first step when something fails); writes results/doctor.json
+#   make submit -- pack the latest run's results into one privacy-safe file for a workshop organiser
+#   make pool IN="PATHS..." OUT=DIR -- merge submissions / runs into DIR/index.md with figures
 #
 # The virtual environment lives outside the clone, keyed by a hash of the pins, so a
 # second clone or a CI run reuses it: $(VENV). Override with `make VENV=/path ...`.
@@ -11,14 +16,18 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
 PYTHON ?= $(shell command -v python3.11 || command -v python3)
-PINS_HASH := $(shell cat pyproject.toml | sha256sum | cut -c1-12)
+# Keyed by the pins only (requires-python, dependencies, extras, as parsed TOML), never by file
+# dates, comments or layout: a second clone, or an edit elsewhere in pyproject.toml, reuses it.
+PINS_HASH := $(shell $(PYTHON) -c 'import hashlib, json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(hashlib.sha256(json.dumps([p["requires-python"], p["dependencies"], p.get("optional-dependencies", {})], sort_keys=True).encode()).hexdigest()[:12])' 2>/dev/null || echo needs-python3.11)
+# What the editable install of helpers depends on besides the clone's folder: the package layout.
+LAYOUT_HASH := $(shell sed -n '/^\[tool.setuptools/,/^\[tool.pytest/p' pyproject.toml | sha256sum | cut -c1-12)
 CACHE ?= $(HOME)/.cache/accelerate-course
 VENV ?= $(CACHE)/venv-$(PINS_HASH)
 BIN := $(VENV)/bin
 
-.PHONY: setup lab test unit execute reproduce bench clean-venv
+.PHONY: setup lab test unit student execute reproduce bench tune doctor submit pool clean-venv
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed:
 	@echo "Creating the course environment in $(VENV) (about 4 minutes, 8 GB, first time only)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (found %s)" % sys.version.split()[0]'
 	rm -rf "$(VENV)"
@@ -28,20 +37,51 @@ $(VENV)/.installed: pyproject.toml
 	"$(BIN)/python" -c "import torch, torchvision, helpers"
 	touch "$@"
 
-# The editable install points at this clone; re-point it (seconds) in case the cached
-# environment was made from another clone.
+# The editable install points at one clone; re-point it (seconds) when the cached environment
+# was made from another clone or the package layout changed. A JupyterLab started from the
+# other clone then imports this clone's helpers.
 setup: $(VENV)/.installed
-	@cd /tmp && "$(BIN)/python" -c 'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" 2>/dev/null \
-		|| "$(BIN)/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
+	@if [ "$$(cat "$(VENV)/.editable" 2>/dev/null)" != "$(CURDIR) $(LAYOUT_HASH)" ] || ! (cd /tmp && "$(BIN)/python" -c \
+		'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" 2>/dev/null); then \
+		echo "Pointing the environment's helpers at $(CURDIR)"; \
+		PYTHONWARNINGS=ignore "$(BIN)/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; } \
+			&& echo "$(CURDIR) $(LAYOUT_HASH)" > "$(VENV)/.editable"; \
+	fi
 	@"$(BIN)/python" -m pip check
 
+# JupyterLab's "receive Jupyter news?" pop-up is answered once for this environment (a settings
+# override inside the venv; the user's own JupyterLab settings are not touched and still win).
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/accelerate-course.json
 lab: setup
-	COURSE_PROFILE=$${COURSE_PROFILE_LAB:-workshop} "$(BIN)/jupyter" lab notebooks/
+	@mkdir -p "$(dir $(LAB_OVERRIDES))" && printf '%s\n' '{"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": false}}' > "$(LAB_OVERRIDES)"
+	COURSE_PROFILE=$${COURSE_PROFILE_LAB:-workshop} "$(BIN)/jupyter" lab $$([ "$$(id -u)" = 0 ] && echo --allow-root) notebooks/
 
-# Unit tests and every notebook (smoke profile, stand-in data) in one pytest run.
-test: setup
-	COURSE_PROFILE=smoke COURSE_DATA=standin TQDM_DISABLE=1 "$(BIN)/python" -m pytest tests notebooks \
-		--nbval-lax --nbval-current-env --nbval-cell-timeout=300 -p no:cacheprovider
+# Unit tests, every notebook and every student copy, at the smoke size on stand-in data.
+# Chapters that time or pin threads to cores (TEST_SERIAL) run one at a time after the rest; the rest
+# run TEST_JOBS at a time, each notebook whole on one worker (--dist loadfile keeps its cells
+# in order in one kernel; the long notebooks are handed out first, unit-test files fill the gaps),
+# each with TEST_THREADS OpenMP threads so that the workers share the cores instead of fighting.
+# Student copies have no outputs: nbval only checks that they run.
+# Rows that notebooks record during the test go to their own folder, emptied at the start.
+TEST_RESULTS := $(CURDIR)/results/make-test
+SMOKE := COURSE_PROFILE=smoke COURSE_DATA=standin TQDM_DISABLE=1 COURSE_RESULTS="$(TEST_RESULTS)"
+NBVAL := --nbval-lax --nbval-current-env --nbval-cell-timeout=300
+PYTEST := "$(BIN)/python" -m pytest -p no:cacheprovider
+TEST_JOBS ?= 2
+TEST_THREADS ?= 1
+TEST_SERIAL ?= 02 04 09 11 13
+TEST_CHAPTERS = $(wildcard notebooks/[0-9][0-9]_*.ipynb)
+TEST_SERIAL_NB = $(foreach n,$(TEST_SERIAL),$(filter notebooks/$(n)_%,$(TEST_CHAPTERS)))
+TEST_PARALLEL_NB = $(filter-out $(TEST_SERIAL_NB),$(TEST_CHAPTERS))
+test: setup student
+	@echo "make test runs at COURSE_PROFILE=smoke COURSE_DATA=standin (forced; your COURSE_PROFILE is ignored here)"
+	@rm -rf "$(TEST_RESULTS)"
+	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB) $(TEST_PARALLEL_NB:notebooks/%=notebooks/student/%) tests $(NBVAL)
+	$(SMOKE) $(PYTEST) $(TEST_SERIAL_NB) $(TEST_SERIAL_NB:notebooks/%=notebooks/student/%) $(NBVAL)
+
+# Student copies: no outputs, solution cells emptied (git-ignored, regenerated every time).
+student: setup
+	"$(BIN)/python" -m helpers.student
 
 unit: setup
 	"$(BIN)/python" -m pytest tests -p no:cacheprovider
@@ -54,11 +94,31 @@ execute: setup
 	done
 
 reproduce: setup
-	"$(BIN)/python" -m helpers.reproduce --profile $${COURSE_PROFILE:-workshop} $${RESUME:+--resume $$RESUME}
+	"$(BIN)/python" -m helpers.reproduce --profile $${COURSE_PROFILE:-workshop} $${RESUME:+--resume $$RESUME} $${CHAPTERS:+--chapters $$CHAPTERS}
 
 # The dlprimitives training-step benchmark at the published settings (see chapter 12).
+# BENCH_ARGS adds to (and may override) the default --models resnet18, e.g. BENCH_ARGS="--dtype bf16".
 bench: setup
-	"$(BIN)/python" -m helpers.bench $${BENCH_ARGS:---models resnet18}
+	"$(BIN)/python" -m helpers.bench --models resnet18 $${BENCH_ARGS}
+
+# The setup check needs no `make setup` first: it must also run when setup is what fails.
+doctor:
+	@test -x "$(BIN)/python" || { echo "No course environment in $(VENV) yet: run make setup (or make lab) first"; exit 1; }
+	"$(BIN)/python" -m helpers.doctor
+
+# Workshop kit: make submit [RUN=results/<run folder>], then the organiser runs make pool.
+submit: setup
+	"$(BIN)/python" -m helpers.submit $${RUN}
+
+pool: setup
+	@test -n "$(IN)" || { echo 'usage: make pool IN="submission-*.json results/<run> ..." [OUT=results/pooled]'; exit 2; }
+	"$(BIN)/python" -m helpers.pool $(IN) --out $${OUT:-results/pooled}
+
+# Tune your own model (chapter 13): make tune MODEL=path/to/model.py:build [BUDGET=300] [OUT=results/tune]
+# FUNC() returns (model, inputs, targets, loss_fn[, make_optimizer]); see notebooks/examples/README.md.
+tune: setup
+	@test -n "$(MODEL)" || { echo "usage: make tune MODEL=path/to/model.py:FUNC [BUDGET=seconds] [OUT=folder] [STEPS=planned steps]"; exit 2; }
+	"$(BIN)/python" -m helpers.tune --model "$(MODEL)" --budget $${BUDGET:-300} --planned-steps $${STEPS:-1000} --out $${OUT:-results/tune}
 
 clean-venv:
 	rm -rf "$(VENV)"

@@ -3,10 +3,24 @@
 The published table (A. Beilis, "Pytorch Training Benchmarks", 2021-10-26) times, per
 torchvision model in train mode at batch 16 and 224x224, fp32: zero_grad, the host-to-device
 copy of one fixed random batch made on the CPU, forward + LogSoftmax + NLLLoss, backward and
-an Adam step, synchronizing the device after each phase; 5 warm-up steps, then the mean of
-20 timed steps. This module does exactly that on cpu, cuda, xpu or mps, and adds what the
-blog did not report: median and spread, per-phase times, achieved FLOP/s, ratios against
-every published row, and a CSV/JSON with the machine fingerprint.
+an Adam step; 5 warm-up steps, then the mean of 20 timed steps. This module does the same on
+cpu, cuda, xpu or mps, and adds what the blog did not report: median and spread, per-phase
+times, achieved FLOP/s against the matmul peak of the same math mode, ratios against every
+published row, and result rows (``helpers.results``) with the machine fingerprint.
+
+Timing (the course's protocol): the headline step time is the whole step between two
+device synchronizations, with nothing synchronized inside it. The blog synchronized after
+every phase, which on a GPU serializes the queue and inflates the step. Per-phase times come
+from device events recorded between the phases (on the CPU, where work is synchronous, from
+the clock) and are reported apart; they need not add up to the step on an accelerator.
+
+"% of peak" divides the achieved FLOP/s by a matmul peak measured in the run's own dtype and
+math mode: bf16 autocast against a bf16 matmul, fp32 on CUDA against TF32 when TF32 is
+allowed (cuDNN convolutions use it by default). The peak is the best of several repeats; a
+figure above 100% is printed with its likely cause.
+
+Each run writes ``<out>/<time>-<device>/rows.jsonl`` and, rendered from those rows,
+``bench.csv`` and ``bench.md``; ``python -m helpers.pool`` merges such folders.
 """
 
 from __future__ import annotations
@@ -18,17 +32,18 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from . import devices, models, precision, published, system
-from .measure import Result, Stats, save_results
+from . import devices, models, precision, published, results, system
+from .measure import MatmulPeak, Stats, math_mode, matmul_peak
 from .tables import Table
 
 BENCH_MODELS: tuple[str, ...] = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet")
 PHASES: tuple[str, ...] = ("zero_grad", "copy", "forward", "backward", "update")
+PUBLISHED_REFERENCE = "pytorch/cuda | Nvidia rtx 2060s"  # the published row put into result rows
 
 
 class BenchError(ValueError):
@@ -44,6 +59,7 @@ class StepTimes:
     total: list[float]
     phases: dict[str, list[float]] = field(default_factory=dict)
     flops_per_step: int = 0
+    phase_method: str = "clock"  # "clock" (CPU), "device events", or "synchronized" (no events here)
 
     @property
     def mean_ms(self) -> float:
@@ -100,14 +116,15 @@ class BenchStep:
         self.opt.zero_grad(set_to_none=True)
         return int(counter.get_total_flops())
 
-    def run(self, marks: list[float] | None = None) -> None:
+    def run(self, marks: list[Any] | None = None, now: Callable[[], Any] | None = None) -> None:
+        """One training step. With ``marks``, ``now()`` is appended before the first phase and
+        after each one: ``time.perf_counter`` by default (right on the CPU), or a function that
+        records a device event (on an accelerator; nothing is synchronized)."""
         def mark() -> None:
             if marks is not None:
-                devices.synchronize(self.device)
-                marks.append(time.perf_counter())
+                marks.append((now or time.perf_counter)())
 
-        if marks is not None:
-            marks.append(time.perf_counter())
+        mark()
         self.opt.zero_grad(set_to_none=True)
         mark()
         x = self.inputs.to(self.device, memory_format=self.memory_format)
@@ -126,17 +143,58 @@ class BenchStep:
         mark()
 
 
-def timed_steps(step: BenchStep, steps: int, warmup: int = 0) -> tuple[list[float], dict[str, list[float]]]:
-    """Run ``warmup`` then ``steps`` timed steps; per-step totals and per-phase times (seconds)."""
+def event_clock(device: torch.device) -> Callable[[], Any] | None:
+    """A function that records a timing event on ``device``'s current stream, or None where the
+    device has no events (the CPU, or a backend without them)."""
+    if device.type == "cpu":
+        return None
+    try:
+        probe = torch.Event(device=device, enable_timing=True)
+        probe.record()
+    except (RuntimeError, TypeError, AttributeError):
+        return None
+
+    def record() -> Any:
+        event = torch.Event(device=device, enable_timing=True)
+        event.record()
+        return event
+
+    return record
+
+
+def timed_steps(step: BenchStep, steps: int, warmup: int = 0,
+                clock: Callable[[], Any] | None = None) -> tuple[list[float], dict[str, list[float]]]:
+    """Run ``warmup`` then ``steps`` timed steps; per-step totals and per-phase times (seconds).
+
+    The total is read from the host clock between two synchronizations of the device. Phases
+    come from ``clock`` events when given (see ``event_clock``), else from the host clock --
+    exact on the CPU; on an accelerator without events the device is synchronized after each
+    phase (the blog's method) and the total is taken from those marks."""
     totals: list[float] = []
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
+    on_cpu = step.device.type == "cpu"
     for i in range(-warmup, steps):
-        marks: list[float] = []
-        step.run(marks)
-        if i >= 0:
+        marks: list[Any] = []
+        devices.synchronize(step.device)
+        start = time.perf_counter()
+        if clock is not None:
+            step.run(marks, clock)
+        elif on_cpu:
+            step.run(marks)
+        else:
+            step.run(marks, lambda: (devices.synchronize(step.device), time.perf_counter())[1])
+        devices.synchronize(step.device)
+        end = time.perf_counter()
+        if i < 0:
+            continue
+        if clock is not None:
+            totals.append(end - start)
+            spans = [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+        else:
             totals.append(marks[-1] - marks[0])
-            for name, a, b in zip(PHASES, marks, marks[1:]):
-                phases[name].append(b - a)
+            spans = [b - a for a, b in zip(marks, marks[1:])]
+        for name, span in zip(PHASES, spans):
+            phases[name].append(span)
     return totals, phases
 
 
@@ -149,8 +207,10 @@ def time_steps(model_name: str, *, device: torch.device, batch: int = 16, size: 
     step = BenchStep(model_name, device=device, batch=batch, size=size, autocast=autocast,
                      channels_last=channels_last, optimizer=optimizer, seed=seed)
     flops = step.flops() if count_flops else 0
-    totals, phases = timed_steps(step, steps, warmup)
-    return StepTimes(model_name, str(device), totals, phases, flops)
+    clock = event_clock(device)
+    totals, phases = timed_steps(step, steps, warmup, clock)
+    method = "clock" if device.type == "cpu" else "device events" if clock is not None else "synchronized"
+    return StepTimes(model_name, str(device), totals, phases, flops, method)
 
 
 def published_table(times: Sequence[StepTimes], title: str = "") -> Table:
@@ -167,22 +227,77 @@ def published_table(times: Sequence[StepTimes], title: str = "") -> Table:
     return table
 
 
-def results_table(times: Sequence[StepTimes], peak_flops: float | None = None) -> Table:
-    """Mean (the blog's statistic), median, spread, per-phase means and achieved FLOP/s."""
-    cols = ["model", "mean ms", "median ms", "min ms", "max ms"] + [f"{p} ms" for p in PHASES] + ["TFLOP/s"]
-    if peak_flops:
-        cols.append("% of matmul peak")
-    table = Table(cols, note="mean over the timed steps, as published; phases synchronized one by one")
+def results_table(times: Sequence[StepTimes], peak: MatmulPeak | float | None = None) -> Table:
+    """Mean (the blog's statistic), median, spread, per-phase means, achieved FLOP/s and the share
+    of the matmul peak measured in the same math mode (``peak``; a bare number is taken as fp32)."""
+    if isinstance(peak, (int, float)):
+        peak = MatmulPeak(float(peak), "fp32")
+    cols = ["model", "mean ms/step", "median ms/step", "min ms/step", "max ms/step"]
+    cols += [f"{p} ms/step" for p in PHASES] + ["TFLOP/s"]
+    if peak:
+        cols.append(f"% of {peak.mode} matmul peak")
+    method = times[0].phase_method if times else "clock"
+    note = {"clock": "phases timed by the clock (CPU work is synchronous)",
+            "device events": "step: host clock between two synchronizations, nothing synchronized inside; "
+                             "phases: device events (they need not add up to the step)",
+            "synchronized": "no device events here: the device was synchronized after each phase"}[method]
+    if peak:
+        note += f"; peak {peak.flops / 1e12:.3g} TFLOP/s ({peak.mode} matmul, best of {peak.repeats})"
+    table = Table(cols, note=note)
+    above = []
     for t in times:
         st = t.stats
         achieved = t.flops_per_step / st.median if t.flops_per_step else None
         row = [t.model, t.mean_ms, st.median * 1e3, st.minimum * 1e3, st.maximum * 1e3]
-        row += [1e3 * statistics.fmean(t.phases[p]) for p in PHASES]
+        row += [1e3 * statistics.fmean(t.phases[p]) if t.phases.get(p) else None for p in PHASES]
         row.append(achieved / 1e12 if achieved else None)
-        if peak_flops:
-            row.append(100 * achieved / peak_flops if achieved else None)
+        if peak:
+            share = 100 * achieved / peak.flops if achieved else None
+            if share is not None and share > 100:
+                above.append(t.model)
+            row.append(share)
         table.add(*row)
+    if above:
+        table.note += (f". Above 100% ({', '.join(above)}): the step outran the matmul peak measured in its "
+                       "math mode, so that peak was measured low (a busy machine, or a matrix too small for "
+                       "this device) -- re-run on an idle machine before reading the share")
     return table
+
+
+def bench_rows(times: Sequence[StepTimes], *, batch: int, size: int, dtype: str, channels_last: bool,
+               optimizer: bool, peak: MatmulPeak | None, **context: Any) -> list[results.Row]:
+    """The run as result rows: step time and per-phase times (ms per step) per model, achieved
+    TFLOP/s and % of the same-mode matmul peak; published ms where the settings are the blog's."""
+    setting = (f"train_step b{batch} {size}x{size} {dtype}{' channels_last' if channels_last else ''}"
+               f"{'' if optimizer else ' no-optimizer'}")
+    blog = batch == 16 and size == 224 and dtype == "fp32" and optimizer and not channels_last
+    pub: dict[str, float] = {}
+    source = None
+    if blog:
+        rows_pub = published.select(published.load("dlprimitives"), experiment="train_step_batch16_224")
+        pub = {r.metric.removeprefix("step_time_"): r.value for r in rows_pub if r.variant == PUBLISHED_REFERENCE}
+        source = f"{rows_pub[0].source} ({PUBLISHED_REFERENCE}, phases synchronized)" if rows_pub else None
+    extra = {t.model: {"mean_ms": t.mean_ms, "flops_per_step": t.flops_per_step, "phase_method": t.phase_method,
+                       "device": t.device} for t in times}
+    out = results.make_rows("bench", setting, {t.model: [1e3 * v for v in t.total] for t in times},
+                            metric="step_time", unit="ms", published={k: v for k, v in pub.items()
+                                                                      if k in {t.model for t in times}} or None,
+                            published_source=source, extra=extra, **context)
+    ctx = {k: getattr(out[0], k) for k in ("fingerprint", "profile", "data")}
+    for phase in PHASES:
+        vals = {t.model: [1e3 * v for v in t.phases[phase]] for t in times if t.phases.get(phase)}
+        if vals:
+            out += results.make_rows("bench", setting, vals, metric=f"{phase}_step_time", unit="ms", **ctx)
+    achieved = {t.model: [t.flops_per_step / t.stats.median / 1e12] for t in times if t.flops_per_step}
+    if achieved:
+        out += results.make_rows("bench", setting, achieved, metric="achieved_throughput", unit="TFLOP/s",
+                                 lower_is_better=False, **ctx)
+        if peak:
+            out += results.make_rows("bench", setting, {m: [100 * v[0] * 1e12 / peak.flops] for m, v in achieved.items()},
+                                     metric=f"share_of_{peak.mode}_matmul_peak", unit="%", lower_is_better=False,
+                                     extra={m: {"peak_tflops": peak.flops / 1e12, "mode": peak.mode} for m in achieved},
+                                     **ctx)
+    return out
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -191,14 +306,17 @@ def _parser() -> argparse.ArgumentParser:
                    help=f"any of {', '.join(BENCH_MODELS)} (default: all)")
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, xpu or mps")
     p.add_argument("--batch", type=int, default=16)
-    p.add_argument("--size", type=int, default=224)
+    p.add_argument("--size", type=int, default=224, help="image side in pixels (square)")
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (autocast)")
     p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--no-optimizer", action="store_true", help="forward+backward only (the blog's 2024 definition)")
+    p.add_argument("--no-optimizer", action="store_true",
+                   help="skip the Adam step (time zero_grad, copy, forward and backward only); not comparable "
+                        "with the published table, whose steps include it")
     p.add_argument("--threads", type=int, default=0)
-    p.add_argument("--out", default="results/bench", help="folder for the CSV/JSON (timestamped files)")
+    p.add_argument("--out", default="results/bench",
+                   help="each run writes a new folder <out>/<time>-<device>/ with rows.jsonl, bench.csv, bench.md")
     return p
 
 
@@ -217,20 +335,20 @@ def main(argv: Sequence[str] | None = None) -> list[StepTimes]:
         times.append(time_steps(name, device=device, batch=args.batch, size=args.size, warmup=args.warmup,
                                 steps=args.steps, autocast=autocast, channels_last=args.channels_last,
                                 optimizer=not args.no_optimizer))
-    from .measure import matmul_flops_per_second
-
-    peak = matmul_flops_per_second(device, n=2048 if device.type != "cpu" else 1024)
+    peak = matmul_peak(device, math_mode(device, autocast))
     print(results_table(times, peak))
     print()
     print(published_table(times))
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = save_results([Result(t.model, t.total, [], {"mean_ms": t.mean_ms, "flops_per_step": float(t.flops_per_step),
-                                                       **{f"{p}_ms": 1e3 * statistics.fmean(t.phases[p]) for p in PHASES}},
-                                {"batch": args.batch, "size": args.size, "dtype": args.dtype,
-                                 "channels_last": args.channels_last, "optimizer": not args.no_optimizer,
-                                 "device": str(device)}) for t in times],
-                        Path(args.out) / f"bench-{stamp}", matmul_peak_flops=peak)
-    print(f"\nsaved {path} and {path.with_suffix('.csv')}")
+    rows = bench_rows(times, batch=args.batch, size=args.size, dtype=args.dtype, channels_last=args.channels_last,
+                      optimizer=not args.no_optimizer, peak=peak, data="none")
+    folder = Path(args.out) / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{device.type}"
+    while folder.exists():
+        folder = folder.with_name(folder.name + "x")
+    results.write_rows(rows, folder / results.ROWS_FILE)
+    results.render_csv(rows, folder / "bench.csv")
+    results.atomic_write_text(folder / "bench.md", f"# Training-step benchmark\n\n{system.env_report()}\n\n"
+                              + results.render_markdown(rows))
+    print(f"\nsaved {folder / results.ROWS_FILE}, bench.csv and bench.md beside it")
     return times
 
 

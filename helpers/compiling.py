@@ -1,8 +1,15 @@
 """torch.compile made measurable: compile time apart from steady state, every backend on a
-fresh model, graph breaks made visible, compiled regions found in a profile."""
+fresh model, graph breaks made visible, compiled regions found in a profile.
+
+Importing this module changes nothing. While ``time_training_steps`` compiles, what the
+compiler writes to stderr (max-autotune's pages of kernel timing tables, "No CUDA runtime"
+on a CUDA build without a GPU) is kept in ``CompileOutcome.log`` instead of the notebook.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import logging
 import time
 import warnings
@@ -15,13 +22,9 @@ from torch import nn
 from . import devices
 from .measure import Stats, time_fn
 from .tables import Table
-from .training import set_seed
+from .seeds import set_seed
 
 MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
-
-# PyPI's CUDA build of torch warns "No CUDA runtime is found" when Inductor compiles on a
-# machine without a GPU; it is harmless there and would clutter every notebook.
-logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
 
 
 @dataclass
@@ -35,11 +38,12 @@ class CompileOutcome:
     steady: Stats | None = None
     error: str = ""
     note: str = ""
+    log: str = ""  # what the compiler wrote to stderr meanwhile (e.g. autotuning tables)
 
 
 def list_backends() -> list[str]:
-    """Backends torch.compile knows here (``torch._dynamo.list_backends()``)."""
-    return list(torch._dynamo.list_backends())
+    """Backends torch.compile knows here (``torch.compiler.list_backends()``)."""
+    return list(torch.compiler.list_backends())
 
 
 def _short(exc: BaseException) -> str:
@@ -49,18 +53,23 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {first[:160]}"
 
 
-class _Collect(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages: list[str] = []
+@contextlib.contextmanager
+def _compiler_output_kept(buffer: io.StringIO):
+    """Inside the block, stderr goes to ``buffer`` and the harmless "No CUDA runtime is found"
+    warning of PyPI's CUDA build on a machine without a GPU is not logged; both undone after."""
+    cpp_logger = logging.getLogger("torch.utils.cpp_extension")
+    level = cpp_logger.level
+    cpp_logger.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(buffer), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. cudagraphs says it skips CPU tensors
+            yield
+    finally:
+        cpp_logger.setLevel(level)
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.messages.append(record.getMessage())
 
-
-# Inductor/cudagraphs "perf hints" (e.g. cudagraphs skipping CPU tensors) are collected into
-# the outcome's note instead of being printed with source paths.
-_HINTS = "torch._inductor.cudagraph_utils.__perf_hints"
+def _uses_cudagraphs(backend: str | None, mode: str | None) -> bool:
+    return backend == "cudagraphs" or (backend == "inductor" and mode == "reduce-overhead")
 
 
 def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
@@ -76,20 +85,16 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
     """
     if mode is not None and mode not in MODES:
         raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
-    torch._dynamo.reset()
+    torch.compiler.reset()
     set_seed(seed)
     device = torch.device(device)
     model = build_model().to(device)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     x, y = inputs.to(device), targets.to(device)
     name = backend or "eager"
-    hints, hint_logger = _Collect(), logging.getLogger(_HINTS)
-    hint_logger.addHandler(hints)
-    propagate, hint_logger.propagate = hint_logger.propagate, False
     from torch._inductor import config as inductor_config
 
-    caches = inductor_config.force_disable_caches
-    inductor_config.force_disable_caches = cold_cache or caches
+    log = io.StringIO()
     try:
         step_model = model if backend is None else torch.compile(
             model, backend=backend, mode=None if mode in (None, "default") else mode)
@@ -100,8 +105,8 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
             loss.backward()
             opt.step()
 
-        with warnings.catch_warnings():  # e.g. cudagraphs says it skips CPU tensors
-            warnings.simplefilter("ignore")
+        disable_caches = cold_cache or inductor_config.force_disable_caches
+        with _compiler_output_kept(log), inductor_config.patch(force_disable_caches=disable_caches):
             devices.synchronize(device)
             start = time.perf_counter()
             step()
@@ -109,17 +114,14 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
             first = time.perf_counter() - start
             res = time_fn(step, repeats=steps, warmup=warmup, device=device)
     except Exception as exc:  # any backend failure becomes a row with its reason
-        return CompileOutcome(name, mode or "default", False, error=_short(exc))
+        return CompileOutcome(name, mode or "default", False, error=_short(exc), log=log.getvalue())
     finally:
-        torch._dynamo.reset()
-        inductor_config.force_disable_caches = caches
-        hint_logger.removeHandler(hints)
-        hint_logger.propagate = propagate
+        torch.compiler.reset()
     note = ""
-    if any("skipping cudagraphs" in m for m in hints.messages):
-        reason = next(m for m in hints.messages if "skipping cudagraphs" in m).split(" due to ")[-1]
-        note = f"cudagraphs not applied ({reason.split('.')[0].split('(')[0].strip()})"
-    return CompileOutcome(name, mode or "default", True, first, res.stats, note=note)
+    if _uses_cudagraphs(backend, mode) and device.type != "cuda":
+        # CUDA graphs record CUDA kernels only: with tensors elsewhere the graph runs without them.
+        note = f"cudagraphs not applied (tensors on {device.type})"
+    return CompileOutcome(name, mode or "default", True, first, res.stats, note=note, log=log.getvalue())
 
 
 def outcomes_table(outcomes: list[CompileOutcome], baseline: str = "eager", title: str = "") -> Table:
@@ -139,9 +141,9 @@ def outcomes_table(outcomes: list[CompileOutcome], baseline: str = "eager", titl
 
 def graph_breaks(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
     """How Dynamo splits ``fn(*args)``: number of graphs, of breaks, and why it broke."""
-    torch._dynamo.reset()
-    out = torch._dynamo.explain(fn)(*args)
-    torch._dynamo.reset()
+    torch.compiler.reset()
+    out = torch._dynamo.explain(fn)(*args)  # the documented tool; torch.compiler has no public twin
+    torch.compiler.reset()
     reasons = []
     for r in out.break_reasons:
         text = str(getattr(r, "reason", r)).strip().splitlines()

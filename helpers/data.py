@@ -171,7 +171,7 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
     root = Path(root) if root is not None else data_root()
     try:
         ds = cls(root=str(root), train=train, transform=transform, download=False)
-    except RuntimeError:
+    except RuntimeError:  # torchvision: "Dataset not found" or, for CIFAR-10, "... or corrupted"
         if not download:
             raise DatasetUnavailableError(_missing_message(name, root)) from None
         try:
@@ -183,11 +183,21 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
     return ds
 
 
+# Where torchvision keeps each dataset's files under the root folder.
+_FOLDERS = {"fashionmnist": "FashionMNIST", "cifar10": "cifar-10-batches-py"}
+
+
 def _missing_message(name: str, root: Path) -> str:
+    folder = root / _FOLDERS[spec(name).name]
+    if folder.is_dir() and any(folder.iterdir()):
+        where = (f"The real {spec(name).name} files in {folder} failed torchvision's check "
+                 "(incomplete, damaged, or not the original archive) and could not be downloaded again "
+                 f"(offline?). Delete {folder} and download it again on a connected machine")
+    else:
+        where = (f"The real {spec(name).name} dataset is not in {root} and could not be downloaded "
+                 "(offline?). Either download it on a connected machine into that folder")
     return (
-        f"The real {spec(name).name} dataset is not in {root} and could not be downloaded "
-        "(offline?). Either download it on a connected machine into that folder "
-        "(or point COURSE_DATA_DIR at a copy), or run on the synthetic stand-in with "
+        f"{where} (or point COURSE_DATA_DIR at a copy), or run on the synthetic stand-in with "
         "`COURSE_DATA=standin` (the `COURSE_PROFILE=smoke` default)."
     )
 

@@ -2,40 +2,60 @@
 
 * ``rank_info()`` reads who this process is from whichever launcher started it -- torchrun
   (RANK / WORLD_SIZE / LOCAL_RANK), Open MPI (OMPI_COMM_WORLD_*), SLURM (SLURM_PROCID ...) --
-  and ``export_torch_env`` writes the torch variables so ``init_process_group`` works alike.
+  and ``export_torch_env`` writes the torch variables, so ``init_process_group`` initialises
+  the standard way (``env://``) whoever launched the job (under torchrun through a store prefix
+  per restart, see ``init_process_group``).
 * ``choose_backend`` maps the device to gloo (CPU), nccl (CUDA) or xccl (Intel XPU, torch >=
   2.8); ``ccl`` only when the end-of-life oneCCL bindings are importable.
-* ``pin_rank`` gives each rank its own whole physical cores, computed from LOCAL_RANK and the
-  topology, and as many threads as it has cores.
-* ``main`` trains the book's CNN with DistributedSampler (set_epoch), DDP, periodic atomic
-  checkpoints written by rank 0 (resumed after a restart), rank-0 evaluation, a check that
-  all replicas hold identical weights, and a process-group timeout so a lost rank ends the
-  job instead of hanging it.
-* ``torchrun_command`` / ``mpirun_command`` / ``run_job`` build and run the launchers.
+* ``rank_cpus`` / ``pin_rank`` give each CPU rank whole physical cores of its own: split from
+  the CPUs this process may use, offset by the node rank when several simulated nodes share
+  one machine (``--nodes-per-host``), and taken as given under SLURM (srun's CPU set).
+* Every tensor handed to a collective is made by a function that takes the training device
+  and the collectives module (``handshake``, ``sum_across_ranks``, ``replica_fingerprints``),
+  in float32, so a unit test can call them with ``torch.device("meta")`` and a recording
+  stand-in and catch a CPU or float64 payload (nccl and xccl refuse CPU tensors; Intel Arc
+  has no float64).
+* ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, checkpoints written
+  by rank 0 (plain model state_dict without ``module.``, optimizer, CPU and accelerator RNG,
+  epoch/step, loss and data-wait statistics) that every rank resumes from after a restart.
+* ``main`` evaluates on every rank (a shard of the test set each, results summed), so no
+  rank waits in a collective while rank 0 works alone; errors a user can cause (offline
+  data, bad options, too many ranks) print one ``error:`` message from rank 0 and exit 2.
+
+Building and running launch commands is ``helpers.launch``.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
+import itertools
 import json
 import os
-import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "xccl", "ccl", "mpi")
 SBATCH_SCRIPT = Path(__file__).resolve().parent / "launchers" / "ddp.sbatch"
+CHECKPOINT_FORMAT = 2
+EXIT_SETUP_ERROR = 2
 
 
 class DistributedSetupError(RuntimeError):
     """A launch or configuration problem, with what to do about it."""
+
+
+class JoinError(DistributedSetupError):
+    """This rank could not reach the rendezvous: a local problem, so every rank that has it says so."""
+
+
+class StopTraining(Exception):
+    """Raised after ``--crash-at-step`` steps to simulate a lost rank (tests and chapter 08)."""
 
 
 @dataclass(frozen=True)
@@ -92,6 +112,16 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
     return RankInfo(0, 1, 0, 1, "single process")
 
 
+def node_rank(info: RankInfo, env: Mapping[str, str] | None = None) -> int:
+    """Which machine ("node") of the job this rank runs on: torchrun's GROUP_RANK, SLURM_NODEID,
+    else the global rank divided by the ranks per node."""
+    env = os.environ if env is None else env
+    for key in ("GROUP_RANK", "SLURM_NODEID"):
+        if key in env:
+            return _int(env, key)
+    return info.rank // max(1, info.local_world_size)
+
+
 def export_torch_env(info: RankInfo, env: dict[str, str] | None = None) -> dict[str, str]:
     """Write RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE; check MASTER_ADDR/PORT when needed."""
     env = os.environ if env is None else env
@@ -106,11 +136,27 @@ def export_torch_env(info: RankInfo, env: dict[str, str] | None = None) -> dict[
                 "Example: export MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 (use rank 0's host name on a cluster); "
                 "torchrun sets them itself."
             )
+    else:
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", "0")  # one process: any free port
     return env
+
+
+def cuda_missing_message() -> str:
+    """Why ``cuda`` cannot be used here, worded for the PyTorch build that is installed."""
+    import torch
+
+    if torch.version.cuda is None:
+        return (f"this PyTorch ({torch.__version__}) is a CPU-only build: install a CUDA build "
+                "(see pytorch.org) on a machine with an NVIDIA GPU, or train on --device cpu --backend gloo.")
+    return (f"this PyTorch ({torch.__version__}) is built for CUDA {torch.version.cuda}, but it finds no NVIDIA GPU "
+            "(no GPU or driver here, or CUDA_VISIBLE_DEVICES hides them; `nvidia-smi` shows what the driver sees). "
+            "Run on a GPU machine, or train on --device cpu --backend gloo.")
 
 
 def choose_backend(device_type: str, requested: str = "auto") -> str:
     """The process-group backend for a device: gloo (cpu), nccl (cuda), xccl (xpu)."""
+    import torch
     import torch.distributed as dist
 
     requested = requested.lower()
@@ -118,8 +164,11 @@ def choose_backend(device_type: str, requested: str = "auto") -> str:
         raise DistributedSetupError(f"Unknown backend {requested!r}; choose one of {', '.join(BACKENDS)}.")
     if requested == "auto":
         requested = {"cuda": "nccl", "xpu": "xccl"}.get(device_type, "gloo")
-    if requested == "nccl" and (device_type != "cuda" or not dist.is_nccl_available()):
-        raise DistributedSetupError("The nccl backend needs CUDA GPUs (device 'cuda'); on CPUs use gloo.")
+    if requested == "nccl":
+        if device_type != "cuda":
+            raise DistributedSetupError("The nccl backend needs CUDA GPUs (device 'cuda'); on CPUs use gloo.")
+        if not torch.cuda.is_available() or not dist.is_nccl_available():
+            raise DistributedSetupError("The nccl backend needs CUDA GPUs, but " + cuda_missing_message())
     if requested == "xccl":
         available = getattr(dist, "is_xccl_available", lambda: False)()
         if device_type != "xpu" or not available:
@@ -140,36 +189,281 @@ def choose_backend(device_type: str, requested: str = "auto") -> str:
     return requested
 
 
-def pin_rank(info: RankInfo, threads: int | None = None) -> list[int]:
-    """Bind this process to its share of physical cores and use one thread per core of it."""
+def training_device(kind: str, info: RankInfo) -> Any:
+    """The device this rank trains on: ``cuda:<LOCAL_RANK>`` / ``xpu:<LOCAL_RANK>`` (one GPU per
+    process, numbered by its rank on this machine, never the global rank) or the CPU."""
+    import torch
+
+    from . import devices
+
+    kind = kind.strip().lower().split(":")[0]
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise DistributedSetupError("--device cuda: " + cuda_missing_message())
+    try:
+        device = devices.get_device(kind)
+    except devices.DeviceError as exc:
+        raise DistributedSetupError(str(exc)) from None
+    if device.type in ("cuda", "xpu"):
+        count = getattr(torch, device.type).device_count()
+        if info.local_rank >= count:
+            raise DistributedSetupError(f"local rank {info.local_rank} needs {device.type}:{info.local_rank}, but this "
+                                        f"machine has {count} {device.type} device(s): start at most {count} "
+                                        "processes per machine (--nproc-per-node).")
+        device = torch.device(device.type, info.local_rank)
+        getattr(torch, device.type).set_device(device)
+    return device
+
+
+# ----- CPU pinning ----------------------------------------------------------------------------
+
+def rank_cpus(info: RankInfo, *, allowed: Sequence[int], core_groups: Sequence[Sequence[int]],
+              nodes_per_host: int = 1, node: int = 0) -> list[int]:
+    """Logical CPUs for this rank: whole physical cores, split from the ``allowed`` CPUs.
+
+    ``core_groups`` lists each physical core's logical CPUs (SMT siblings). The allowed cores
+    are split evenly between ``nodes_per_host * local_world_size`` slots; this rank takes slot
+    ``node * local_world_size + local_rank`` (on 2 cores with two simulated nodes of one rank:
+    node 0 gets core 0, node 1 core 1). Under SLURM the allowed set is srun's choice for this
+    task and is returned as it is.
+    """
+    allowed_set = set(allowed)
+    if info.launcher == "slurm":
+        return sorted(allowed_set)
+    groups = [[c for c in g if c in allowed_set] for g in core_groups]
+    groups = [g for g in groups if g]
+    slots = nodes_per_host * info.local_world_size
+    slot = (node % nodes_per_host) * info.local_world_size + info.local_rank
+    if slots > len(groups):
+        raise DistributedSetupError(
+            f"{slots} ranks on this machine ({nodes_per_host} node(s) x {info.local_world_size}) but only "
+            f"{len(groups)} physical cores available to them: each CPU rank gets whole cores, so start at most "
+            f"{len(groups)} ranks here (or pass --no-pin to share cores knowingly)."
+        )
+    per = len(groups) // slots
+    return [c for g in groups[slot * per:(slot + 1) * per] for c in g]
+
+
+def pin_rank(info: RankInfo, threads: int | None = None, nodes_per_host: int = 1) -> list[int]:
+    """Bind this process to its own physical cores and use one thread per core of it."""
     import torch
 
     from . import system
 
     topo = system.topology()
-    try:
-        cpus = system.rank_cpus(info.local_rank, info.local_world_size, topo)
-    except ValueError as exc:
-        raise DistributedSetupError(f"{exc} (or start the job with --no-pin to share the cores)") from None
-    if hasattr(os, "sched_setaffinity"):
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        [c for g in topo.smt_siblings() for c in g]
+    cpus = rank_cpus(info, allowed=allowed, core_groups=topo.smt_siblings(), nodes_per_host=nodes_per_host,
+                     node=node_rank(info))
+    if hasattr(os, "sched_setaffinity") and info.launcher != "slurm":
         os.sched_setaffinity(0, cpus)
-    torch.set_num_threads(threads or max(1, len(cpus) // topo.threads_per_core))
+    cores = sum(1 for g in topo.smt_siblings() if set(g) & set(cpus))
+    torch.set_num_threads(threads or max(1, cores))
     return cpus
 
 
-def _params_digest(model: Any) -> float:
+# ----- collectives: every payload made on the training device, in float32 --------------------
+
+def handshake(rank: int, device: Any, comm: Any) -> Any:
+    """all_reduce(rank + 1) over the job: proves every rank joined (world 2 gives 3)."""
+    import torch
+
+    value = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
+    comm.all_reduce(value)
+    return value
+
+
+def sum_across_ranks(values: Sequence[float], device: Any, comm: Any) -> Any:
+    """Element-wise sum of ``values`` over all ranks (counts, loss sums), as a float32 tensor."""
+    import torch
+
+    total = torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
+    comm.all_reduce(total)
+    return total
+
+
+def replica_fingerprints(model: Any, device: Any, comm: Any) -> list[Any]:
+    """Every rank's per-parameter float32 sums; DDP replicas must produce identical ones."""
     import torch
 
     with torch.no_grad():
-        return float(sum((p.double() * (i + 1)).sum() for i, p in enumerate(model.parameters())))
+        mine = torch.stack([p.detach().float().sum() for p in model.parameters()]).to(device)
+    gathered = [torch.empty_like(mine) for _ in range(comm.get_world_size())]
+    comm.all_gather(gathered, mine)
+    return gathered
+
+
+def wait_for_all(device: Any, comm: Any) -> None:
+    """Barrier (no payload); on GPUs name this rank's device so nccl does not guess it."""
+    if device.type in ("cuda", "xpu"):
+        comm.barrier(device_ids=[device.index])
+    else:
+        comm.barrier()
+
+
+# ----- checkpoints ----------------------------------------------------------------------------
+
+def rng_state(device: Any) -> dict[str, Any]:
+    """CPU and accelerator random-number state, to resume the same random stream."""
+    import torch
+
+    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "device_type": device.type, "device": None}
+    if device.type in ("cuda", "xpu"):
+        state["device"] = getattr(torch, device.type).get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: Any) -> None:
+    """Restore ``rng_state``; the accelerator part only on the same kind of device."""
+    import torch
+
+    torch.set_rng_state(state["cpu"])
+    if state.get("device") is not None and state.get("device_type") == device.type:
+        getattr(torch, device.type).set_rng_state(state["device"], device)
+
+
+def fresh_progress() -> dict[str, Any]:
+    """Where a new run starts: epoch 0, batch 0, and empty statistics."""
+    return {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "epoch_times": [], "epoch_losses": [],
+            "data_wait": [], "resumed_from": None}
+
+
+def checkpoint_state(model: Any, optimizer: Any, device: Any, progress: dict[str, Any]) -> dict[str, Any]:
+    """A portable checkpoint: ``model`` is the plain module's state_dict (no ``module.`` prefix),
+    loadable with ``load_state_dict`` into a model built without DDP."""
+    plain = getattr(model, "module", model)
+    keep = {k: v for k, v in progress.items() if k != "resumed_from"}
+    return {"format": CHECKPOINT_FORMAT, "model": plain.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": rng_state(device), **keep}
+
+
+def resume_from(path: str | Path, model: Any, optimizer: Any, device: Any) -> dict[str, Any]:
+    """Load a checkpoint written by ``checkpoint_state`` into the plain model and optimizer."""
+    from .checkpoints import CheckpointError, load_checkpoint
+
+    state = load_checkpoint(path)
+    try:
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        progress = {k: state[k] for k in ("epoch", "batch", "step")}
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer ({type(exc).__name__}). "
+                              "Delete it or use a different checkpoint path.") from None
+    set_rng_state(state["rng"], device)
+    out = fresh_progress()
+    out.update(progress)
+    for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
+        out[key] = state.get(key, out[key])
+    out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
+    out["resumed_from"] = [progress["epoch"], progress["batch"]]
+    return out
+
+
+# ----- the training loop ----------------------------------------------------------------------
+
+def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, progress: dict[str, Any],
+              checkpoint: str | Path | None = None, checkpoint_every: int = 0, write: bool = True,
+              stop_after: int | None = None) -> dict[str, Any]:
+    """Train the DDP-wrapped model; ``progress`` (from ``fresh_progress`` or ``resume_from``) is
+    updated in place and returned. ``write``: this rank writes the checkpoints (rank 0 only)."""
+    import torch
+
+    from . import devices
+    from .checkpoints import save_checkpoint
+
+    loss_fn = torch.nn.CrossEntropyLoss()
+    non_blocking = device.type in ("cuda", "xpu")
+    calls = 0
+
+    def save(epoch: int, batch: int) -> None:
+        if checkpoint is not None and write:
+            save_checkpoint(checkpoint, checkpoint_state(ddp, optimizer, device,
+                                                         {**progress, "epoch": epoch, "batch": batch}))
+
+    first = progress["epoch"]
+    for epoch in range(first, epochs):
+        ddp.train()
+        loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same split on every rank
+        skip = progress["batch"] if epoch == first else 0
+        if not skip:
+            progress["loss_sum"] = 0.0
+        running = torch.zeros((), device=device)
+        batch, waited = skip, 0.0
+        devices.synchronize(device)
+        started = asked = time.perf_counter()
+        for inputs, targets in itertools.islice(iter(loader), skip, None):
+            waited += time.perf_counter() - asked
+            inputs = inputs.to(device, non_blocking=non_blocking)
+            targets = targets.to(device, non_blocking=non_blocking)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(inputs), targets)
+            loss.backward()  # DDP all-reduces the gradients during backward
+            optimizer.step()
+            running += loss.detach().float()
+            batch += 1
+            progress["step"] += 1
+            calls += 1
+            if checkpoint_every and progress["step"] % checkpoint_every == 0:
+                progress["loss_sum"] += float(running)
+                running.zero_()
+                save(epoch, batch)
+            if stop_after is not None and calls >= stop_after:
+                raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
+            asked = time.perf_counter()
+        devices.synchronize(device)
+        progress["loss_sum"] += float(running)
+        progress["epoch_times"].append(time.perf_counter() - started)
+        progress["data_wait"].append(waited)
+        progress["epoch_losses"].append(progress["loss_sum"] / max(1, batch))
+        progress["epoch"], progress["batch"] = epoch + 1, 0
+        save(epoch + 1, 0)
+    return progress
+
+
+def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, float]:
+    """Each rank scores its share of the test set; the counts are summed over ranks."""
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    shard = Subset(test_set, range(info.rank, len(test_set), info.world_size))
+    correct = count = 0
+    loss = 0.0
+    model.eval()
+    with torch.no_grad():
+        for inputs, targets in DataLoader(shard, batch_size=512):
+            inputs, targets = inputs.to(device), targets.to(device)
+            out = model(inputs)
+            loss += float(torch.nn.functional.cross_entropy(out, targets, reduction="sum"))
+            correct += int((out.argmax(1) == targets).sum())
+            count += len(targets)
+    model.train()
+    c, n, total = sum_across_ranks([correct, count, loss], device, comm).tolist()
+    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n}
+
+
+# ----- command line ---------------------------------------------------------------------------
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that prints a usage error from rank 0 only (every rank parses the same line)."""
+
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        try:
+            first = rank_info().rank == 0
+        except DistributedSetupError:
+            first = True
+        if first:
+            self.print_usage(sys.stderr)
+            print(f"error: {message}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_SETUP_ERROR)
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m helpers.distributed",
-                                description="Train the book's CNN with DistributedDataParallel.")
+    p = _Parser(prog="python -m helpers.distributed",
+                description="Train the book's CNN with DistributedDataParallel.")
     p.add_argument("--dataset", default="cifar10", choices=["fashionmnist", "cifar10"])
     p.add_argument("--epochs", type=int, default=2)
     p.add_argument("--batch-size", type=int, default=64, help="per rank; the global batch is this x world size")
+    p.add_argument("--global-batch", type=int, default=None,
+                   help="fix the global batch instead: each rank takes this / world size (same steps for any size)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the world size")
     p.add_argument("--train-size", type=int, default=None)
@@ -178,9 +472,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", default="auto", choices=BACKENDS)
     p.add_argument("--threads", type=int, default=0, help="threads per rank (0: one per core of the rank)")
     p.add_argument("--no-pin", action="store_true", help="do not bind ranks to cores")
+    p.add_argument("--nodes-per-host", type=int, default=1,
+                   help="simulated nodes sharing this machine: split its cores between them by node rank")
     p.add_argument("--checkpoint", default=None, help="checkpoint file (rank 0 writes, all ranks resume)")
     p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before a collective with a lost rank fails")
+    p.add_argument("--timeout", type=float, default=300.0,
+                   help="seconds a collective waits for a lost rank before the job fails")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     p.add_argument("--save-weights", default=None, help="rank 0 saves the final state_dict here")
@@ -189,94 +486,118 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """Entry point of every distributed launch in the course."""
-    args = _parser().parse_args(argv)
-    info = rank_info()
-    export_torch_env(info)
-    os.environ.setdefault("TQDM_DISABLE", "1")
+def init_process_group(backend: str, info: RankInfo, timeout: timedelta) -> None:
+    """``init_process_group`` the standard way (env://: RANK, WORLD_SIZE, MASTER_ADDR/PORT from the
+    launcher), with one documented exception.
 
+    Under torchrun with a static rendezvous (``--master-addr/--master-port``, as in this course),
+    the agent keeps one key-value store for the whole job, restarts included (torch 2.8's
+    static_tcp_rendezvous reuses it). A restarted rank would then read the peer addresses the
+    failed attempt left there and hang or fail to connect. So under torchrun the ranks use the
+    agent's store through a prefix named after the restart count -- exactly env:// otherwise.
+    """
+    import torch.distributed as dist
+
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or restart is None:
+        dist.init_process_group(backend, timeout=timeout)  # env://
+        return
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
+                          is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"course/attempt-{restart}", store),
+                            rank=info.rank, world_size=info.world_size, timeout=timeout)
+
+
+def _per_rank_batch(args: argparse.Namespace, world: int) -> int:
+    if args.global_batch is None:
+        return args.batch_size
+    if args.global_batch % world:
+        raise DistributedSetupError(f"--global-batch {args.global_batch} does not split evenly over {world} ranks.")
+    return args.global_batch // world
+
+
+def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
+    """The DDP job itself (``main`` without the error handling)."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from . import data, devices, models, training
+    from . import checkpoints, data, models, seeds
 
-    device = devices.get_device(args.device)
-    if device.type in ("cuda", "xpu"):
-        device = torch.device(device.type, info.local_rank)  # one GPU per local rank, never the global rank
-        getattr(torch, device.type).set_device(device)
+    # Everything a user can get wrong is checked before the ranks wait for each other.
+    device = training_device(args.device, info)
     backend = choose_backend(device.type, args.backend)
-    cpus = pin_rank(info, args.threads or None) if (device.type == "cpu" and not args.no_pin) else []
+    cpus = pin_rank(info, args.threads or None, args.nodes_per_host) \
+        if device.type == "cpu" and not args.no_pin else []
     if args.threads and not cpus:
         torch.set_num_threads(args.threads)
+    batch_size = _per_rank_batch(args, info.world_size)
+    train_set = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
+    test_set = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
 
-    addr, port = os.environ.get("MASTER_ADDR", "127.0.0.1"), os.environ.get("MASTER_PORT", "29500")
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
     try:
-        # Under torchrun the agent hosts the key-value store; otherwise (mpirun, srun, by hand) rank 0 does.
-        # Keys are prefixed with the restart count: after a restart the ranks must not read the peer
-        # addresses that the previous attempt left in the store.
-        store = dist.TCPStore(addr, int(port), info.world_size,
-                              is_master=info.rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True",
-                              timeout=timedelta(seconds=args.timeout))
-        dist.init_process_group(backend, store=dist.PrefixStore(f"course/attempt-{restart}", store),
-                                rank=info.rank, world_size=info.world_size, timeout=timedelta(seconds=args.timeout))
+        init_process_group(backend, info, timedelta(seconds=args.timeout))
     except (RuntimeError, ValueError, TimeoutError, dist.DistStoreError) as exc:
-        raise DistributedSetupError(
-            f"rank {info.rank} could not join the job at {addr}:{port} within {args.timeout:.0f} s "
-            f"({type(exc).__name__}). Is rank 0 running, and is that address reachable from here?"
-        ) from None
+        raise JoinError(
+            f"rank {info.rank} could not join the job at {os.environ['MASTER_ADDR']}:{os.environ['MASTER_PORT']} "
+            f"within {args.timeout:.0f} s ({type(exc).__name__}). Is rank 0 running, and is that address "
+            "reachable from here?") from None
     try:
-        demo = torch.tensor([float(info.rank + 1)])
-        dist.all_reduce(demo)
+        demo = handshake(info.rank, device, dist)
         print(f"rank {info.rank}/{info.world_size} (local {info.local_rank}, launcher {info.launcher}, backend "
-              f"{backend}, cpus {cpus or 'all'}, threads {torch.get_num_threads()}): all_reduce(rank+1) = "
-              f"{demo.item():g}", flush=True)
+              f"{backend}, device {device}, cpus {cpus or 'all'}, threads {torch.get_num_threads()}): "
+              f"all_reduce(rank+1) = {demo.item():g}", flush=True)
 
-        train_set = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
         sampler = DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True,
                                      seed=args.seed)
-        loader = DataLoader(train_set, batch_size=args.batch_size, sampler=sampler)
-        training.set_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
+        loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
+        seeds.set_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
         model = models.book_cnn(args.dataset).to(device)
-        ddp = DDP(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
         lr = args.lr * (info.world_size if args.scale_lr else 1)
-        optimizer = torch.optim.Adam(ddp.parameters(), lr=lr)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        progress = fresh_progress()
+        if args.checkpoint and Path(args.checkpoint).exists():
+            progress = resume_from(args.checkpoint, model, optimizer, device)
+        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
         crash = None
         if args.crash_at_step is not None and info.rank == args.crash_rank \
                 and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
             crash = args.crash_at_step
-        result = training.train(ddp, loader, optimizer, torch.nn.CrossEntropyLoss(), epochs=args.epochs,
-                                device=device, checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                                write_checkpoints=info.rank == 0, progress=False,
-                                stop_after=crash, desc=f"rank {info.rank}")
-        digest = torch.tensor([_params_digest(model)], dtype=torch.float64)
-        digests = [torch.zeros(1, dtype=torch.float64) for _ in range(info.world_size)]
-        dist.all_gather(digests, digest)
-        identical = all(torch.equal(d, digests[0]) for d in digests)
+        progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, progress=progress,
+                             checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                             write=info.rank == 0, stop_after=crash)
+        prints = replica_fingerprints(model, device, dist)
+        identical = all(torch.equal(p, prints[0]) for p in prints)
+        ev = evaluate_on_all_ranks(model, test_set, info, device, dist)
         summary = None
         if info.rank == 0:
-            test_set = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
-            ev = training.evaluate(model, DataLoader(test_set, batch_size=512), device=device)
             summary = {
                 "world_size": info.world_size, "launcher": info.launcher, "backend": backend,
-                "threads_per_rank": torch.get_num_threads(), "global_batch": args.batch_size * info.world_size,
-                "lr": lr, "epochs": args.epochs, "steps": result.steps, "epoch_times": result.epoch_times,
-                "time_s": result.total_time, "accuracy": ev["accuracy"], "replicas_identical": identical,
-                "resumed_from": result.resumed_from, "standin": data.is_standin(train_set),
+                "device": str(device), "threads_per_rank": torch.get_num_threads(), "cpus": cpus,
+                "batch_per_rank": batch_size, "global_batch": batch_size * info.world_size,
+                "lr": lr, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
+                "epoch_losses": progress["epoch_losses"], "data_wait": progress["data_wait"],
+                "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
+                "replicas_identical": identical, "resumed_from": progress["resumed_from"],
+                "standin": data.is_standin(train_set),
             }
             if args.save_weights:
-                training.save_checkpoint(args.save_weights, {"model": model.state_dict()})
+                checkpoints.save_checkpoint(args.save_weights, {"model": model.state_dict()})
             if args.out:
-                Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-                Path(args.out).write_text(json.dumps(summary, indent=2))
-            print(f"rank 0: {result.steps} steps, {result.total_time:.2f} s, accuracy {ev['accuracy']:.2f}%, "
+                from .files import atomic_write_text
+
+                atomic_write_text(args.out, json.dumps(summary, indent=2))
+            print(f"rank 0: {progress['step']} steps, {summary['time_s']:.2f} s, accuracy {ev['accuracy']:.2f}%, "
                   f"replicas identical: {identical}", flush=True)
-        dist.barrier()
+        # Free DDP's reducer while the process group is still registered: when the reducer held the
+        # group's last reference, its destructor could deadlock with gloo's worker thread at exit
+        # (seen with torch 2.8). Then leave together, so no rank tears down while a peer still talks.
+        del ddp
+        gc.collect()
+        wait_for_all(device, dist)
         return summary
-    except training.StopTraining:
+    except StopTraining:
         print(f"rank {info.rank}: simulated failure -- killing this process", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         raise  # not reached
@@ -285,133 +606,52 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
             dist.destroy_process_group()
 
 
-# ------------------------------------------------------------------------------------------
-# Launchers
-# ------------------------------------------------------------------------------------------
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Exceptions that mean 'fix your input or setup', reported as one message, not a traceback."""
+    from . import checkpoints, data, devices, profiles
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    return (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError,
+            checkpoints.CheckpointError, profiles.ProfileError)
 
 
-def check_ranks(ranks_per_node: int, device: str = "cpu") -> None:
-    """Refuse more CPU ranks than physical cores on this machine, with the numbers."""
-    from . import system
+def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
+    """Entry point of every distributed launch in the course.
 
-    if ranks_per_node < 1:
-        raise DistributedSetupError("the number of ranks must be at least 1")
-    cores = system.topology().physical_cores
-    if device == "cpu" and ranks_per_node > cores:
-        raise DistributedSetupError(
-            f"{ranks_per_node} ranks requested but this machine has {cores} physical cores: "
-            f"use at most {cores} CPU ranks per machine (or pass --no-pin to oversubscribe knowingly)."
-        )
-
-
-def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int = 1, node_rank: int = 0,
-                     master_addr: str = "127.0.0.1", master_port: int | None = None,
-                     max_restarts: int = 0, monitor_interval: float = 0.5) -> list[str]:
-    """A torchrun command line (static rendezvous at master_addr:master_port) for the entry point."""
-    port = master_port or free_port()
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-            f"--node-rank={node_rank}", f"--master-addr={master_addr}", f"--master-port={port}",
-            f"--max-restarts={max_restarts}", f"--monitor-interval={monitor_interval}",
-            "-m", "helpers.distributed", *args]
-
-
-def mpirun_command(np: int, args: Sequence[str], master_port: int | None = None) -> list[str]:
-    """An Open MPI command line running the entry point on this machine (gloo for the collectives)."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise DistributedSetupError("mpirun not found: install Open MPI (Debian/Ubuntu: apt-get install openmpi-bin).")
-    extra = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
-    forwarded = [x for var in ("PATH", "COURSE_PROFILE", "COURSE_DATA", "COURSE_DATA_DIR", "OMP_NUM_THREADS")
-                 if var in os.environ for x in ("-x", var)]
-    # --bind-to none: the entry point pins each rank itself, from its local rank and the topology
-    return [mpirun, *extra, "--oversubscribe", "--bind-to", "none", "-np", str(np),
-            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={master_port or free_port()}", *forwarded,
-            sys.executable, "-m", "helpers.distributed", *args]
-
-
-@dataclass
-class JobResult:
-    """A finished launch: exit code, seconds, output and the rank-0 summary (if written)."""
-
-    returncode: int
-    seconds: float
-    output: str
-    summary: dict[str, Any] | None
-
-
-def run_job(commands: Sequence[Sequence[str]], out: str | Path | None = None, timeout: float = 300,
-            env: Mapping[str, str] | None = None) -> JobResult:
-    """Start one or more launcher processes (e.g. two torchrun 'nodes'), wait, collect output."""
-    child_env = {**os.environ, "TQDM_DISABLE": "1", **(env or {})}
-    if out is not None and Path(out).exists():
-        Path(out).unlink()
-    start = time.perf_counter()
-    procs = [subprocess.Popen(list(c), env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for c in commands]
-    outputs, code = [], 0
-    try:
-        for p in procs:
-            text, _ = p.communicate(timeout=max(1.0, timeout - (time.perf_counter() - start)))
-            outputs.append(text)
-            code = code or p.returncode
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        raise DistributedSetupError(f"the job did not finish within {timeout:.0f} s") from None
-    summary = json.loads(Path(out).read_text()) if out is not None and Path(out).exists() else None
-    return JobResult(code, time.perf_counter() - start, "\n".join(outputs), summary)
-
-
-def measure_job(name: str, command: Any, out_dir: str | Path, *, repeats: int = 1, timeout: float = 600,
-                env: Mapping[str, str] | None = None) -> "Result":
-    """Run a job ``repeats`` times and summarise it with the course protocol.
-
-    ``command(out_path)`` returns the list of launcher command lines of one run. Each run's
-    first epoch is its warm-up; its timed sample is the median of the other epochs.
-    Metrics: accuracy (median), optimizer steps, world size and global batch of the last run.
+    A user error prints ``error: <message>`` once (rank 0; other ranks one short line) and
+    exits with status 2 instead of a traceback per rank.
     """
-    import statistics
-
-    from .measure import Result
-
-    samples, warm, accs = [], [], []
-    summary: dict[str, Any] = {}
-    for r in range(repeats):
-        out = Path(out_dir) / f"{name}-{r}.json"
-        job = run_job(command(out), out=out, timeout=timeout, env=env)
-        if job.returncode != 0 or job.summary is None:
-            raise DistributedSetupError(f"job {name!r} failed (exit {job.returncode}):\n{job.output[-1500:]}")
-        summary = job.summary
-        times = summary["epoch_times"]
-        if len(times) < 2:
-            raise DistributedSetupError("measure_job needs --epochs >= 2 to keep the warm-up epoch apart")
-        warm.append(times[0])
-        samples.append(statistics.median(times[1:]))
-        accs.append(summary["accuracy"])
-    return Result(name, samples, warm, {"accuracy": statistics.median(accs), "steps": float(summary["steps"]),
-                                        "world_size": float(summary["world_size"]),
-                                        "global_batch": float(summary["global_batch"])},
-                  {"last_output": job.output[-3000:]})
+    try:
+        info = rank_info()
+    except DistributedSetupError as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_SETUP_ERROR)
+    args = _parser().parse_args(argv)
+    os.environ.setdefault("TQDM_DISABLE", "1")
+    try:
+        export_torch_env(info)
+        return run(args, info)
+    except user_errors() as exc:
+        if info.rank == 0 or isinstance(exc, JoinError):
+            print(f"error: {exc}", file=sys.stderr, flush=True)
+        else:
+            print(f"rank {info.rank}: stopped ({type(exc).__name__}; rank 0 prints the message)",
+                  file=sys.stderr, flush=True)
+        sys.exit(EXIT_SETUP_ERROR)
 
 
-def rank_lines(output: str) -> list[str]:
-    """The per-rank report lines of a job's output, sorted by rank (ranks printing at the
-    same moment can share a line of the merged output, so they are matched, not split)."""
-    import re
+_MOVED_TO_LAUNCH = ("free_port", "check_ranks", "torchrun_command", "mpirun_command", "JobResult", "run_job",
+                    "measure_job", "rank_lines")
 
-    found = re.findall(r"rank \d+/\d+ \(.*?\): all_reduce\(rank\+1\) = [\d.e+]+", output)
-    return sorted(found, key=lambda line: int(line.split()[1].split("/")[0]))
+
+def __getattr__(name: str) -> Any:
+    """Launch helpers live in ``helpers.launch`` now; this keeps ``distributed.run_job`` etc.
+    working for notebooks that have not moved yet."""
+    if name in _MOVED_TO_LAUNCH:
+        from . import launch
+
+        return getattr(launch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except DistributedSetupError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    main()

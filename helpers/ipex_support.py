@@ -23,7 +23,8 @@ from . import system
 RETIREMENT_NOTE = (
     "Intel Extension for PyTorch is retired: 2.8 is its last release, its repository is archived "
     "and flagged as having known security issues. Use it to reproduce the book; for new work use "
-    "torch.compile, torch.autocast and native torch.xpu instead."
+    "torch.compile, torch.autocast and native torch.xpu instead. The course runs without it: "
+    "chapter 04 and the tuning search (chapter 13) skip their IPEX parts and say so."
 )
 
 
@@ -46,6 +47,18 @@ def status() -> dict[str, object]:
         "importing it would end this Python process. Install matching versions (the course pins torch 2.8.0)."
     )
     return {"installed": version, "torch": torch.__version__, "compatible": ok, "message": message}
+
+
+def advisory() -> str:
+    """One line for setup checks: what is installed, whether it can be used, and the retirement note."""
+    st = status()
+    if st["installed"] is None:
+        state = "IPEX is not installed"
+    elif st["compatible"]:
+        state = f"IPEX {st['installed']} is installed and matches torch {st['torch']}"
+    else:
+        state = f"IPEX {st['installed']} is installed but does not match torch {st['torch']} (not usable)"
+    return f"{state}. {RETIREMENT_NOTE}"
 
 
 def load() -> ModuleType:

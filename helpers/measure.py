@@ -8,7 +8,8 @@
 6. results saved as JSON + CSV with the machine fingerprint.
 
 It also measures the FLOPs of a training step (torch.utils.flop_counter) and the
-machine's matmul throughput, so a step can be compared with what the hardware can do.
+machine's matmul throughput in a given math mode (``matmul_peak``: fp32, TF32, bf16, fp16),
+so a step can be compared with what the hardware can do in the mode the step ran in.
 """
 
 from __future__ import annotations
@@ -190,6 +191,59 @@ def matmul_flops_per_second(device: torch.device | str = "cpu", n: int = 1024, r
     b = torch.randn(n, n, device=device, dtype=dtype)
     res = time_fn(lambda: a @ b, repeats=repeats, warmup=2, device=device)
     return 2 * n**3 / res.stats.median
+
+
+@dataclass(frozen=True)
+class MatmulPeak:
+    """The best matmul throughput measured on a device in one math mode (``fp32``, ``tf32``,
+    ``bf16``, ``fp16``), the denominator of an honest "% of peak"."""
+
+    flops: float
+    mode: str
+    n: int = 0
+    repeats: int = 0
+
+    def __bool__(self) -> bool:
+        return self.flops > 0
+
+
+MATH_MODES: dict[str, torch.dtype] = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
+                                      "fp16": torch.float16}
+
+
+def math_mode(device: torch.device | str, autocast: torch.dtype | None = None) -> str:
+    """The math mode a training step runs in: the autocast dtype, else fp32 -- or TF32 on CUDA
+    when matmuls or cuDNN convolutions may use it (``torch.backends.cudnn.allow_tf32`` is on by
+    default, so an "fp32" CNN step on an NVIDIA GPU mostly runs TF32 convolutions)."""
+    if autocast is not None and autocast != torch.float32:
+        return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(autocast, str(autocast).removeprefix("torch."))
+    if torch.device(device).type == "cuda" and (torch.backends.cuda.matmul.allow_tf32
+                                                 or torch.backends.cudnn.allow_tf32):
+        return "tf32"
+    return "fp32"
+
+
+def matmul_peak(device: torch.device | str = "cpu", mode: str = "fp32", n: int | None = None,
+                repeats: int = 5) -> MatmulPeak:
+    """The best (not median) n x n matmul throughput in ``mode``, in FLOP/s.
+
+    ``tf32`` allows TF32 for the measurement only (the caller's setting is restored); ``fp32``
+    forbids it. The default size is large enough to approach a GPU's peak (8192) and quick on
+    a CPU (1024)."""
+    if mode not in MATH_MODES:
+        raise ValueError(f"unknown math mode {mode!r}; use one of {', '.join(MATH_MODES)}")
+    device = torch.device(device)
+    n = n or (1024 if device.type == "cpu" else 8192)
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = mode == "tf32"
+    try:
+        dtype = MATH_MODES[mode]
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+        res = time_fn(lambda: a @ b, repeats=repeats, warmup=2, device=device)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    return MatmulPeak(2 * n**3 / res.stats.minimum, mode, n, repeats)
 
 
 def phase_times(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,

@@ -1,16 +1,17 @@
-"""Matplotlib figures shared by several notebooks: speed-up bars, trade-off curves, scaling."""
+"""Matplotlib figures shared by several notebooks: speed-up bars, trade-off curves, scaling.
+
+Importing this module leaves matplotlib's backend alone: Jupyter shows figures inline, a
+script without a display falls back to a file backend by itself.
+"""
 
 from __future__ import annotations
 
 from typing import Sequence
 
-import matplotlib
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
-matplotlib.use(matplotlib.get_backend())  # keep the notebook's inline backend
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
-
-from .measure import Result  # noqa: E402
+from .measure import Result
 
 
 def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: str = "",

@@ -24,15 +24,23 @@ _FORMATS: tuple[tuple[str, torch.dtype | None, int, int], ...] = (
     ("BF16", torch.bfloat16, 8, 7),
 )
 _DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Other spellings people (and torch) use for the same formats.
+_ALIASES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "float16": "fp16",
+            "half": "fp16", "bfloat16": "bf16"}
 
 
 def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
-    """'fp32' -> None (no autocast); 'bf16' / 'fp16' -> the torch dtype. Clear error otherwise."""
+    """The autocast dtype for a name: 'fp32' -> None (no autocast); 'bf16' / 'fp16' -> the dtype.
+
+    Accepts 'bf16', 'bfloat16', 'torch.bfloat16', 'fp16', 'float16', 'half', 'fp32',
+    'float32' ... in any case. Clear error otherwise.
+    """
     if name is None or isinstance(name, torch.dtype):
         return None if name in (None, torch.float32) else name
-    key = name.lower().replace("float", "fp").replace("bfloat", "bf")
+    key = name.strip().lower().removeprefix("torch.")
+    key = _ALIASES.get(key, key)
     if key not in _DTYPES:
-        raise ValueError(f"Unknown dtype {name!r}; choose one of fp32, bf16, fp16.")
+        raise ValueError(f"Unknown dtype {name!r}; choose one of fp32, bf16, fp16 (or bfloat16, float16, float32).")
     dtype = _DTYPES[key]
     return None if dtype == torch.float32 else dtype
 

@@ -30,15 +30,25 @@ class ProfileError(ValueError):
     """An unknown value in COURSE_PROFILE or COURSE_DATA."""
 
 
-def current_profile() -> str:
-    """Return the active profile name from ``COURSE_PROFILE`` (default ``workshop``)."""
-    value = os.environ.get("COURSE_PROFILE", "").strip().lower() or DEFAULT_PROFILE
+def normalize(name: str | None) -> str:
+    """A profile name as the course spells it: case and spaces ignored, empty means the default.
+
+    Every place that reads a profile (``COURSE_PROFILE``, a ``--profile`` option) goes
+    through here, so ``SMOKE`` and ``smoke`` mean the same everywhere. Unknown names raise
+    ProfileError naming the choices.
+    """
+    value = (name or "").strip().lower() or DEFAULT_PROFILE
     if value not in PROFILES:
         raise ProfileError(
-            f"COURSE_PROFILE={value!r} is not a known profile. "
+            f"COURSE_PROFILE={name!r} is not a known profile. "
             f"Use one of {', '.join(PROFILES)}, e.g. `export COURSE_PROFILE=smoke`."
         )
     return value
+
+
+def current_profile() -> str:
+    """Return the active profile name from ``COURSE_PROFILE`` (default ``workshop``)."""
+    return normalize(os.environ.get("COURSE_PROFILE"))
 
 
 def pick(*, smoke: T, workshop: T, full: T) -> T:

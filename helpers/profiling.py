@@ -1,18 +1,37 @@
-"""Operator-share tables from torch.profiler: where does the time of a step go?"""
+"""Operator-share tables from torch.profiler: where does the time of a step go?
+
+Importing this module changes nothing; ``quiet_kineto`` is applied only while profiling.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import os
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from torch.profiler import ProfilerActivity, profile
 
 from .tables import Table
 
-# PyPI's CUDA build of torch makes Kineto log "gpuGetDeviceCount failed" on machines
-# without a GPU when profiling starts; it is harmless. Set KINETO_LOG_LEVEL to see it.
-os.environ.setdefault("KINETO_LOG_LEVEL", "5")
+
+@contextlib.contextmanager
+def quiet_kineto() -> Iterator[None]:
+    """Keep Kineto's start-up noise out of the output while the block profiles.
+
+    PyPI's CUDA build of torch makes Kineto log "gpuGetDeviceCount failed" on machines
+    without a GPU when profiling first starts; it is harmless. Kineto reads
+    ``KINETO_LOG_LEVEL`` then, so it is set for the block (unless you set it yourself)
+    and removed afterwards.
+    """
+    if "KINETO_LOG_LEVEL" in os.environ:
+        yield
+        return
+    os.environ["KINETO_LOG_LEVEL"] = "5"
+    try:
+        yield
+    finally:
+        os.environ.pop("KINETO_LOG_LEVEL", None)
 
 
 def profile_fn(fn: Callable[[], Any], *, warmup: int = 2, steps: int = 3,
@@ -26,7 +45,7 @@ def profile_fn(fn: Callable[[], Any], *, warmup: int = 2, steps: int = 3,
         activities.append(ProfilerActivity.CUDA)
     elif kind == "xpu":
         activities.append(ProfilerActivity.XPU)
-    with profile(activities=activities) as prof:
+    with quiet_kineto(), profile(activities=activities) as prof:
         for _ in range(steps):
             fn()
     return prof

@@ -2,18 +2,21 @@
 
 Each CSV row is one number with its source, chapter, experiment, variant, metric, unit and
 hardware. Comparisons are made as ratios against a baseline, because the hardware differs.
+The CSV files ship inside the package as ``helpers.published_data`` (pyproject.toml maps the
+repository's data/published/ folder to it), so they are found after ``pip install .`` too.
 """
 
 from __future__ import annotations
 
 import csv
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Mapping
 
 from .tables import Table
 
-PUBLISHED_DIR = Path(__file__).resolve().parent.parent / "data" / "published"
+DATA_PACKAGE = "helpers.published_data"
 
 
 @dataclass(frozen=True)
@@ -31,16 +34,31 @@ class Number:
     note: str
 
 
-def load(name: str = "book", directory: Path | None = None) -> list[Number]:
-    """All rows of ``data/published/<name>.csv`` ('book', 'arc_blog', 'dlprimitives')."""
-    directory = directory or PUBLISHED_DIR
-    path = directory / f"{name}.csv"
-    if not path.exists():
-        names = sorted(p.stem for p in directory.glob("*.csv"))
+def available() -> list[str]:
+    """Names of the published tables shipped with the package ('arc_blog', 'book', ...)."""
+    return sorted(p.name[:-4] for p in _data_dir().iterdir() if p.name.endswith(".csv"))
+
+
+def _data_dir():
+    try:
+        return resources.files(DATA_PACKAGE)
+    except ModuleNotFoundError:
         raise FileNotFoundError(
-            f"No published table {name!r} in {directory}; available: {', '.join(names) or 'none'}. "
-            "Install the course from its repository (`pip install -e .`) so data/ is found."
-        )
+            f"The published numbers ({DATA_PACKAGE}) are not installed with helpers. Reinstall the "
+            "course package from its repository: `make setup` (or `pip install .`)."
+        ) from None
+
+
+def load(name: str = "book", directory: Path | None = None) -> list[Number]:
+    """All rows of ``data/published/<name>.csv`` ('book', 'arc_blog', 'dlprimitives').
+
+    ``directory`` reads the CSV from another folder instead of the installed package data.
+    """
+    folder = Path(directory) if directory is not None else _data_dir()
+    path = folder / f"{name}.csv"
+    if not path.is_file():
+        names = sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".csv")) if folder.is_dir() else []
+        raise FileNotFoundError(f"No published table {name!r} in {folder}; available: {', '.join(names) or 'none'}.")
     with path.open(newline="") as f:
         return [
             Number(r["source"], int(r["chapter"]), r["experiment"], r["variant"], r["metric"],

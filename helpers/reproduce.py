@@ -8,6 +8,13 @@ real data, the datasets are checked (and downloaded) before the first chapter. P
 printed per chapter and recorded in ``state.json`` after each one, so an interrupted run
 continues with ``--resume`` (the newest unfinished folder, or a named one) without redoing
 finished chapters. An earlier report is never overwritten.
+
+Each notebook runs in a child process (``nbclient``) whose environment carries the profile
+and ``COURSE_RESULTS`` = the run folder, so the rows the chapters append
+(``helpers.results.append_rows``) land in ``<run>/rows.jsonl``; the caller's own
+``os.environ`` is not touched. The report's tables are rendered from those rows (units and
+"per step / per epoch / per run" in every header, stand-in data labelled), with
+``rows.csv`` beside it. Ctrl-C stops the run (the chapter stays unfinished for ``--resume``).
 """
 
 from __future__ import annotations
@@ -17,13 +24,15 @@ import base64
 import json
 import os
 import re
+import signal
+import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from . import data, devices, profiles, system
+from . import data, devices, profiles, results, system
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
@@ -62,6 +71,8 @@ def missing_consequence(chapter: str) -> str:
 def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | None = None) -> list[Path]:
     """The chapter notebooks (NN_slug.ipynb), optionally only the chapters named ('03', '3', ...)."""
     found = sorted(directory.glob("[0-9][0-9]_*.ipynb"))
+    if not chapters:  # 00 is the setup check (make doctor), not a chapter with measurements
+        found = [p for p in found if not p.name.startswith("00_")]
     if chapters:
         wanted = {c.zfill(2) for c in chapters}
         unknown = wanted - {p.name[:2] for p in found}
@@ -73,11 +84,23 @@ def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | Non
     return found
 
 
-def check_datasets() -> list[str]:
+def data_source(profile: str, env: dict[str, str] | None = None) -> str:
+    """The data source chapters will use at ``profile``: ``COURSE_DATA`` if set, else stand-in
+    for smoke and real otherwise (as ``helpers.profiles.data_source`` decides it)."""
+    value = (os.environ if env is None else env).get("COURSE_DATA", "").strip().lower()
+    if not value:
+        return "standin" if profile == "smoke" else "real"
+    if value not in profiles.DATA_SOURCES:
+        raise ValueError(f"COURSE_DATA={value!r} is not a known data source; use one of "
+                         f"{', '.join(profiles.DATA_SOURCES)}.")
+    return value
+
+
+def check_datasets(source: str | None = None) -> list[str]:
     """With real data, make sure every course dataset is on disk (downloading it if needed)
     before any chapter runs; raises DatasetUnavailableError with what to do otherwise.
     Returns the names checked (none with the stand-in)."""
-    if profiles.data_source() != "real":
+    if (source or profiles.data_source()) != "real":
         return []
     for name in data.SPECS:
         for train in (True, False):
@@ -94,12 +117,14 @@ def failure_reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[-1][:1000] if lines else ''}"
 
 
-def _latest_unfinished(root: Path) -> Path | None:
+def _unfinished(root: Path) -> list[tuple[Path, str]]:
+    """Unfinished run folders under ``root`` with their profiles, newest first."""
+    out = []
     for folder in sorted((p for p in root.glob("*") if (p / "state.json").exists()), reverse=True):
         state = json.loads((folder / "state.json").read_text())
         if not state.get("finished"):
-            return folder
-    return None
+            out.append((folder, state.get("profile", "")))
+    return out
 
 
 def _write_json(path: Path, payload: dict[str, Any]) -> None:
@@ -108,31 +133,69 @@ def _write_json(path: Path, payload: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
-def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | None = None) -> None:
-    """Execute a notebook in its own folder (for relative paths) and save the executed copy.
+class NotebookError(RuntimeError):
+    """A chapter's notebook failed (its message ends with the failing cell's last error line)."""
 
-    The kernel's own stdout/stderr (library warnings, not cell outputs) go to ``log`` when
-    given, so the console shows progress only and nothing is lost."""
-    import nbformat
-    from nbclient import NotebookClient
 
-    nb = nbformat.read(notebook, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(notebook.parent)}})
-    stream = open(log, "w") if log is not None else None
+# Runs in a child process: nbclient there answers Ctrl-C by shutting its kernel down, and the
+# parent, which gets the same Ctrl-C, knows the run was interrupted -- no nbclient internals.
+_EXECUTE = r"""
+import sys
+import nbformat
+from nbclient import NotebookClient
+
+source, destination, log, timeout, folder = sys.argv[1:6]
+nb = nbformat.read(source, as_version=4)
+client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3", resources={"metadata": {"path": folder}})
+status = 0
+with open(log, "w") as stream:
     try:
-        client.execute(**({"stdout": stream, "stderr": stream} if stream else {}))
-    except Exception:
-        # nbclient answers Ctrl-C (SIGINT) or SIGTERM itself: it shuts the kernel down and the
-        # execution then fails with DeadKernelError or similar. Its handler leaves this future
-        # behind; report the run as interrupted, not the chapter as failed.
-        if getattr(client, "_async_cleanup_kernel_future", None) is not None:
-            raise KeyboardInterrupt from None
-        raise
+        client.execute(stdout=stream, stderr=stream)
+    except BaseException as exc:
+        sys.stderr.write(f"{type(exc).__name__}: {exc}")
+        status = 1
     finally:
         nbformat.write(nb, destination)
-        if stream:
-            stream.close()
+sys.exit(status)
+"""
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """Stop an executing child after Ctrl-C: let it shut its kernel down, then insist."""
+    for send, wait in ((None, 5), (signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
+        if proc.poll() is not None:
+            return
+        if send is not None:
+            proc.send_signal(send)
+        try:
+            proc.communicate(timeout=wait)
+        except subprocess.TimeoutExpired:
+            continue
+        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting politely
+            continue
+
+
+def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | None = None,
+            env: dict[str, str] | None = None) -> None:
+    """Execute a notebook in its own folder (for relative paths) and save the executed copy.
+
+    The kernel runs with ``env`` (default: this process's environment) in a child process.
+    The kernel's own stdout/stderr (library warnings, not cell outputs) go to ``log`` when
+    given, so the console shows progress only and nothing is lost. A failing cell raises
+    NotebookError; Ctrl-C raises KeyboardInterrupt after the kernel is shut down."""
+    args = [sys.executable, "-c", _EXECUTE, str(notebook), str(destination), str(log or os.devnull),
+            str(timeout), str(notebook.parent)]
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        _, err = proc.communicate()
+    except KeyboardInterrupt:
+        _stop(proc)
+        raise
+    if proc.returncode != 0:
+        if proc.returncode < 0 and -proc.returncode == signal.SIGINT:
+            raise KeyboardInterrupt
+        raise NotebookError(err.strip() or f"the notebook runner exited with status {proc.returncode}")
 
 
 def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
@@ -162,11 +225,24 @@ def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
     return tables, images
 
 
+def _rows(folder: Path) -> list[results.Row]:
+    path = folder / results.ROWS_FILE
+    return results.read_rows(path) if path.exists() else []
+
+
 def write_report(folder: Path, state: dict[str, Any]) -> Path:
-    """report.md: fingerprint, then per chapter its status, published-vs-yours tables and figures."""
+    """report.md: fingerprint, then per chapter its status, its result rows as tables and its
+    figures; ``rows.csv`` beside it. A chapter that wrote no rows shows what its notebook printed
+    in its "Published vs yours" section instead."""
+    rows = _rows(folder)
+    by_chapter: dict[str, list[results.Row]] = {}
+    for r in rows:
+        by_chapter.setdefault(r.chapter, []).append(r)
     lines = [f"# Course measurements ({state['profile']} profile)", "",
              f"Started {state['started']}; {'finished' if state.get('finished') else 'in progress'}. "
              f"{state.get('data', '')}", "",
+             f"Tables are rendered from the run's result rows (`rows.jsonl`, also as `rows.csv`): ratios are "
+             "baseline / variant for times (> 1 means faster), measured in the same run.", "",
              "Machine:", "", "```", json.dumps(state["machine"], indent=2, default=str), "```", ""]
     for name in state["chapters"]:
         ch = state["results"].get(name, {})
@@ -179,37 +255,71 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
             lines += ["*Not run yet.*", ""]
             continue
         lines += [f"Ran in {ch['seconds']:.0f} s. Executed notebook: `notebooks/{name}.ipynb`.", ""]
-        lines += [t + "\n" for t in ch.get("tables", [])] or ["*This chapter has no table for the report.*", ""]
+        mine = by_chapter.pop(name[:2], [])
+        if mine:
+            lines += [results.render_markdown(mine, heading_level=3)]
+        elif ch.get("tables"):
+            lines += ["*This chapter wrote no result rows; its notebook printed:*", ""]
+            lines += [t + "\n" for t in ch["tables"]]
+        else:
+            lines += ["*This chapter has no table for the report.*", ""]
         lines += [f"![{img}](figures/{img})" for img in ch.get("figures", [])] + [""]
+    for chapter, rest in sorted(by_chapter.items()):  # rows of chapters not in this run's list
+        lines += [f"## Other rows: {chapter}", "", results.render_markdown(rest, heading_level=3)]
+    if rows:
+        results.render_csv(rows, folder / "rows.csv")
     report = folder / "report.md"
-    report.write_text("\n".join(lines))
+    results.atomic_write_text(report, "\n".join(lines))
     return report
+
+
+def _resume_folder(root: Path, resume: str, profile: str) -> Path:
+    """The run folder to continue; a clear message when there is none for this profile."""
+    if resume != "latest":
+        folder = Path(resume).resolve()
+        if not (folder / "state.json").exists():
+            raise ValueError(f"nothing to resume in {resume} (no state.json)")
+    else:
+        runs = _unfinished(root)
+        folder = next((f for f, p in runs if p == profile), runs[0][0] if runs else None)
+        if folder is None:
+            raise ValueError(f"nothing to resume in {root}: every run there finished (or none started)")
+    state = json.loads((folder / "state.json").read_text())
+    if state["profile"] != profile:
+        raise ValueError(
+            f"the run to resume ({folder.name}) used COURSE_PROFILE={state['profile']}, not {profile}: resume it "
+            f"with `COURSE_PROFILE={state['profile']} RESUME={resume} make reproduce` "
+            f"(or `python -m helpers.reproduce --profile {state['profile']} --resume {resume}`)")
+    return folder
 
 
 def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Path("results"),
         resume: str | None = None, notebooks: Path = NOTEBOOKS, timeout: int = 1800) -> Path:
-    """Execute the chapters and write the report; returns the run's folder."""
-    os.environ["COURSE_PROFILE"] = profile
-    profiles.current_profile()  # validates the name
-    os.environ.setdefault("TQDM_DISABLE", "1")
+    """Execute the chapters and write the report; returns the run's folder.
+
+    The notebooks' kernels get ``COURSE_PROFILE=profile``, ``COURSE_RESULTS=<run folder>`` and
+    ``TQDM_DISABLE=1`` (unless set); this process's ``os.environ`` is left as it was."""
+    profile = profile.strip().lower()
+    if profile not in profiles.PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(profiles.PROFILES)}")
+    source_data = data_source(profile)
     root = root.resolve()
     if resume:
-        folder = _latest_unfinished(root) if resume == "latest" else Path(resume).resolve()
-        if folder is None or not (folder / "state.json").exists():
-            raise ValueError(f"nothing to resume in {root if resume == 'latest' else resume}")
+        folder = _resume_folder(root, resume, profile)
         state = json.loads((folder / "state.json").read_text())
-        if state["profile"] != profile:
-            raise ValueError(f"{folder} was run with profile {state['profile']!r}; resume it with that profile")
     else:
         folder = root / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile}"
         while folder.exists():  # never overwrite an earlier run
             folder = folder.with_name(folder.name + "x")
         paths = chapter_notebooks(notebooks, chapters)
-        state = {"profile": profile, "data": profiles.describe(),
+        note = " (synthetic stand-in images, not the real dataset)" if source_data == "standin" else ""
+        state = {"profile": profile, "data": f"profile={profile} data={source_data}{note}",
                  "started": datetime.now().isoformat(timespec="seconds"),
-                 "machine": system.fingerprint(), "chapters": [p.stem for p in paths],
-                 "notebooks": str(notebooks), "results": {}, "finished": False}
-    check_datasets()  # fail in seconds, not once per chapter
+                 "machine": {**system.fingerprint(), "machine_id": results.machine_id()},
+                 "chapters": [p.stem for p in paths], "notebooks": str(notebooks), "results": {}, "finished": False}
+    env = {**os.environ, "COURSE_PROFILE": profile, "COURSE_RESULTS": str(folder)}
+    env.setdefault("TQDM_DISABLE", "1")
+    check_datasets(source_data)  # fail in seconds, not once per chapter
     (folder / "notebooks").mkdir(parents=True, exist_ok=True)
     (folder / "figures").mkdir(exist_ok=True)
     (folder / "logs").mkdir(exist_ok=True)
@@ -224,13 +334,13 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         entry: dict[str, Any] = {"missing": missing}
         try:
             execute(source / f"{name}.ipynb", folder / "notebooks" / f"{name}.ipynb", timeout=timeout,
-                    log=folder / "logs" / f"{name}.log")
+                    log=folder / "logs" / f"{name}.log", env=env)
             tables, figures = extract(folder / "notebooks" / f"{name}.ipynb", folder / "figures")
             entry.update(status="done", tables=tables, figures=figures)
         except KeyboardInterrupt:  # the chapter stays unfinished: a resume runs it again
             _write_json(folder / "state.json", state)
             write_report(folder, state)
-            print(f"interrupted during {name}; continue with `RESUME=latest make reproduce` "
+            print(f"interrupted during {name}; continue with `COURSE_PROFILE={profile} RESUME=latest make reproduce` "
                   f"(or `python -m helpers.reproduce --profile {profile} --resume {folder}`)", flush=True)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
@@ -250,8 +360,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m helpers.reproduce", description=__doc__.splitlines()[0])
-    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE") or profiles.DEFAULT_PROFILE,
-                   choices=profiles.PROFILES)
+    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or profiles.DEFAULT_PROFILE,
+                   type=str.lower, choices=profiles.PROFILES)
     p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
     p.add_argument("--out", default="results", help="folder for the timestamped runs")
     p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")

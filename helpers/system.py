@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 import sys
 from dataclasses import dataclass, field
 from importlib import metadata
@@ -189,14 +190,24 @@ def library_versions() -> dict[str, str]:
         "cuda": str(torch.version.cuda),
         "mkldnn": str(torch.backends.mkldnn.is_available()),
     }
-    config = torch.__config__.show()
-    for line in config.splitlines():
-        line = line.strip()
-        if line.startswith("- Intel(R) oneAPI Math Kernel Library") or line.startswith("- Intel(R) Math Kernel Library"):
-            versions["mkl"] = line.split("Version", 1)[-1].strip(" :")
-        elif line.startswith("- Intel(R) MKL-DNN") or line.startswith("- oneDNN"):
-            versions["onednn"] = line.split("(", 1)[-1].split(")", 1)[0] if "(" in line else line
+    versions.update(build_versions(torch.__config__.show()))
     return versions
+
+
+_MKL_LINE = re.compile(r"Math Kernel Library Version\s+(\d[\w.]*)")
+_ONEDNN_LINE = re.compile(r"(?:MKL-DNN|oneDNN)\s+v?(\d+(?:\.\d+)+)")
+
+
+def build_versions(config: str) -> dict[str, str]:
+    """MKL and oneDNN versions from ``torch.__config__.show()`` text, e.g.
+    ``{"mkl": "2024.2", "onednn": "3.7.1"}``; a library the text does not name is left out."""
+    found = {}
+    for line in config.splitlines():
+        if "mkl" not in found and (m := _MKL_LINE.search(line)):
+            found["mkl"] = m.group(1)
+        elif "onednn" not in found and (m := _ONEDNN_LINE.search(line)):
+            found["onednn"] = m.group(1)
+    return found
 
 
 def fingerprint() -> dict[str, object]:

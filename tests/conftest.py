@@ -1,9 +1,79 @@
-"""Shared fixtures: a clean profile environment and tiny stand-in loaders."""
+"""Shared fixtures (a clean profile environment, tiny stand-in loaders) and the skip policy.
+
+Skip policy, in one place: a test that needs hardware CI does not have carries
+``@pytest.mark.requires_gpu`` or ``@pytest.mark.requires_xpu`` and is skipped where that
+device is absent. Any other skip (a missing ``mpirun``, fewer than two cores, IPEX not
+installed ...) is something CI should have: with ``CI=true`` (set by CI services and by
+``.ci/run``) such a skip fails the run. Every run prints how many tests were skipped and why.
+"""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
+
+HARDWARE_MARKERS = {"requires_gpu": ("cuda", "an NVIDIA GPU (CUDA)"), "requires_xpu": ("xpu", "an Intel GPU (XPU)")}
+_SKIPS: list[tuple[str, str, bool]] = []  # (test id, reason, for absent hardware?) of this run
+
+
+def in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() in ("1", "true", "yes")
+
+
+def pytest_configure(config):
+    for name, (_, what) in HARDWARE_MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: needs {what}; skipped where absent (the only skip CI allows)")
+    _SKIPS.clear()
+
+
+def pytest_runtest_setup(item):
+    from helpers import devices
+
+    for name, (kind, what) in HARDWARE_MARKERS.items():
+        if item.get_closest_marker(name) and not devices.is_available(kind):
+            pytest.skip(f"needs {what}, absent here")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and any(item.get_closest_marker(name) for name in HARDWARE_MARKERS):
+        report.user_properties.append(("hardware_skip", True))  # travels to the xdist controller
+
+
+def pytest_runtest_logreport(report):
+    if not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    hardware = ("hardware_skip", True) in report.user_properties
+    _SKIPS.append((report.nodeid, reason.removeprefix("Skipped: "), hardware))
+
+
+def _not_allowed() -> list[tuple[str, str, bool]]:
+    return [s for s in _SKIPS if not s[2]]
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):
+        return  # an xdist worker: the controller decides
+    if in_ci() and _not_allowed() and session.exitstatus == pytest.ExitCode.OK:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if hasattr(config, "workerinput"):
+        return
+    skips, bad = _SKIPS, _not_allowed()
+    terminalreporter.write_line(
+        f"skipped: {len(skips)} test(s), {len(skips) - len(bad)} for absent GPU/XPU hardware, "
+        f"{len(bad)} for other reasons")
+    if bad and in_ci():
+        terminalreporter.write_line("CI=true: these skips fail the run (CI must provide what they need):", red=True)
+        for nodeid, reason, _ in bad:
+            terminalreporter.write_line(f"  {nodeid}: {reason}", red=True)
 
 
 @pytest.fixture(autouse=True)

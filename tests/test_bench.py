@@ -1,11 +1,11 @@
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
-from torch import nn
 
-from helpers import bench
+from helpers import bench, measure, results
 
 
 def test_option_errors_list_choices():
@@ -25,40 +25,99 @@ def test_option_errors_list_choices():
 
 def test_time_steps_phases_and_flops():
     t = bench.time_steps("resnet18", device=torch.device("cpu"), batch=2, size=32, warmup=1, steps=3)
-    assert len(t.total) == 3 and list(t.phases) == list(bench.PHASES)
+    assert len(t.total) == 3 and list(t.phases) == list(bench.PHASES) and t.phase_method == "clock"
     assert all(len(v) == 3 for v in t.phases.values())
     assert sum(t.phases[p][0] for p in bench.PHASES) == pytest.approx(t.total[0], rel=1e-6)
     assert t.flops_per_step > 0 and t.mean_ms > 0
-    table = bench.results_table([t], peak_flops=1e11)
-    assert table.as_dicts()[0]["model"] == "resnet18" and table.as_dicts()[0]["% of matmul peak"] > 0
+    table = bench.results_table([t], peak=measure.MatmulPeak(1e15, "fp32", 1024, 5))
+    row = table.as_dicts()[0]
+    assert row["model"] == "resnet18" and 0 < row["% of fp32 matmul peak"] < 100
+    assert "ms/step" in table.columns[1] and "Above 100%" not in table.note
 
 
-def test_agrees_with_torch_utils_benchmark():
-    """The benchmark's clock readings vs torch.utils.benchmark.Timer on the very same step
-    (same model, optimizer and batch), alternating step by step so that drifts of the
-    machine's speed hit both alike."""
-    import statistics
+class SleepyStep:
+    """Stands in for BenchStep: phase k sleeps ``naps[k]`` seconds, so the true times are known."""
 
-    from torch.utils.benchmark import Timer
+    device = torch.device("cpu")
 
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    def __init__(self, naps):
+        self.naps = naps
+
+    def run(self, marks=None, now=None):
+        clock = now or time.perf_counter
+        marks.append(clock())
+        for nap in self.naps:
+            time.sleep(nap)
+            marks.append(clock())
+
+
+def test_clock_attributes_time_to_the_right_phase():
+    """Known sleeps instead of a tolerance around another timer: lower bounds are exact on any machine,
+    and a 0.1 s phase among instant ones is the largest unless the machine stalls for 0.1 s."""
+    naps = [0.0, 0.0, 0.1, 0.0, 0.02]
+    totals, phases = bench.timed_steps(SleepyStep(naps), steps=3, warmup=1)
+    assert len(totals) == 3 and all(t >= sum(naps) for t in totals)
+    for name, nap in zip(bench.PHASES, naps):
+        assert all(v >= nap for v in phases[name]), name
+    assert all(max(bench.PHASES, key=lambda p: phases[p][i]) == "forward" for i in range(3))
+    assert sum(phases[p][0] for p in bench.PHASES) == pytest.approx(totals[0], rel=1e-9)
+
+
+class FakeEvent:
+    def __init__(self):
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, other):  # milliseconds, like torch.Event
+        return 1e3 * (other.t - self.t)
+
+
+def test_device_events_give_phases_and_the_host_clock_the_step():
+    naps = [0.0, 0.01, 0.05, 0.0, 0.0]
+    totals, phases = bench.timed_steps(SleepyStep(naps), steps=2, clock=FakeEvent)
+    assert all(v >= 0.05 for v in phases["forward"]) and all(v >= 0.01 for v in phases["copy"])
+    assert all(t >= sum(naps) for t in totals)
+    assert bench.event_clock(torch.device("cpu")) is None  # the CPU has no events: its clock is exact
+
+
+def test_peak_in_the_same_math_mode():
+    assert measure.math_mode("cpu") == "fp32"
+    assert measure.math_mode("cpu", torch.bfloat16) == "bf16" and measure.math_mode("cpu", torch.float16) == "fp16"
+    before = torch.backends.cudnn.allow_tf32
     try:
-        step = bench.BenchStep("mobilenet", device=torch.device("cpu"), batch=4, size=64)
-        bench.timed_steps(step, steps=10)
-        # timeit switches Python's garbage collector off; a real training step runs with it on
-        timer = Timer("step.run()", setup="import gc; gc.enable()", globals={"step": step})
-        ours, ref = [], []
-        for i in range(16):  # short blocks in A-B-B-A order: drifts and "who ran just before" cancel out
-            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
-                if which == 0:
-                    ours.append(statistics.fmean(bench.timed_steps(step, steps=5)[0]))
-                else:
-                    ref.append(timer.timeit(number=5).mean)
+        torch.backends.cudnn.allow_tf32 = True
+        assert measure.math_mode("cuda") == "tf32"  # cuDNN convolutions use TF32 by default
+        torch.backends.cudnn.allow_tf32 = False
+        assert measure.math_mode("cuda") == ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
     finally:
-        torch.set_num_threads(before)
-    ratios = [a / b for a, b in zip(ours, ref)]  # each pair of blocks ran back to back
-    assert statistics.median(ratios) == pytest.approx(1.0, abs=0.05), (statistics.median(ours), statistics.median(ref))
+        torch.backends.cudnn.allow_tf32 = before
+    peak = measure.matmul_peak("cpu", "bf16", n=128, repeats=2)
+    assert peak.mode == "bf16" and peak.flops > 0 and peak.n == 128
+    tf32_before = torch.backends.cuda.matmul.allow_tf32
+    measure.matmul_peak("cpu", "tf32", n=64, repeats=1)
+    assert torch.backends.cuda.matmul.allow_tf32 == tf32_before  # restored
+    with pytest.raises(ValueError, match="unknown math mode"):
+        measure.matmul_peak("cpu", "int8")
+
+
+def test_share_above_peak_is_explained_and_rows_carry_it():
+    fake = bench.StepTimes("resnet18", "cpu", [0.010, 0.011, 0.012], {p: [0.002] * 3 for p in bench.PHASES},
+                           flops_per_step=int(2e9))
+    table = bench.results_table([fake], peak=measure.MatmulPeak(1e11, "bf16", 1024, 5))
+    assert table.as_dicts()[0]["% of bf16 matmul peak"] == pytest.approx(100 * 2e9 / 0.011 / 1e11)
+    assert "Above 100% (resnet18)" in table.note and "bf16 matmul" in table.note
+    rows = bench.bench_rows([fake], batch=16, size=224, dtype="fp32", channels_last=False, optimizer=True,
+                            peak=measure.MatmulPeak(1e11, "bf16"), fingerprint={"cpu_model": "x"}, profile="workshop",
+                            data="none")
+    by_metric = {r.metric: r for r in rows}
+    step = by_metric["step_time"]
+    assert step.unit == "ms" and step.median == pytest.approx(11.0) and step.repeats == 3
+    assert step.experiment == "train_step b16 224x224 fp32" and step.published == pytest.approx(38.624)
+    assert "zero_grad_step_time" in by_metric and by_metric["achieved_throughput"].unit == "TFLOP/s"
+    assert by_metric["share_of_bf16_matmul_peak"].median == pytest.approx(100 * 2e9 / 0.011 / 1e11)
+    other = bench.bench_rows([fake], batch=2, size=32, dtype="bf16", channels_last=True, optimizer=False, peak=None,
+                             fingerprint={"cpu_model": "x"}, profile="workshop", data="none")
+    assert other[0].experiment == "train_step b2 32x32 bf16 channels_last no-optimizer"
+    assert other[0].published is None  # not the blog's settings: no published value beside it
 
 
 def test_published_ratios():
@@ -73,6 +132,14 @@ def test_command_line(tmp_path):
     times = bench.main(["--models", "resnet18", "--size", "32", "--batch", "2", "--steps", "2", "--warmup", "1",
                         "--out", str(tmp_path)])
     assert times[0].model == "resnet18"
-    assert len(list(tmp_path.glob("bench-*.csv"))) == 1 and len(list(tmp_path.glob("bench-*.json"))) == 1
+    (folder,) = list(tmp_path.iterdir())
+    assert folder.name.endswith("-cpu")
+    rows = results.read_rows(folder / results.ROWS_FILE)
+    assert {r.variant for r in rows} == {"resnet18"} and rows[0].chapter == "bench"
+    csv_lines = (folder / "bench.csv").read_text().splitlines()
+    assert len(csv_lines) == len(rows) + 1 and csv_lines[0].startswith("chapter,experiment,variant,metric,unit")
+    assert "step_time median (ms per step)" in (folder / "bench.md").read_text()
+    help_text = subprocess.run([sys.executable, "-m", "helpers.bench", "--help"], capture_output=True, text=True).stdout
+    assert "skip the Adam step" in help_text and "2024" not in help_text
     proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--models", "lenet"], capture_output=True, text=True)
     assert proc.returncode == 2 and "choose from" in proc.stderr and "Traceback" not in proc.stderr

@@ -61,3 +61,58 @@ def test_cudagraphs_on_cpu_is_noted_not_printed(capfd):
     assert out.ok and "cudagraphs not applied" in out.note and "cpu" in out.note
     assert "skipping cudagraphs" not in capfd.readouterr().err
     assert compiling.outcomes_table([out]).as_dicts()[0]["status"].startswith("ok; cudagraphs not applied")
+
+
+_IMPORT_PROBE = r"""
+import json, logging, os
+import matplotlib, torch
+env = dict(os.environ)
+levels = lambda: {name: getattr(lg, "level", 0) for name, lg in logging.root.manager.loggerDict.items()}
+before_levels, backend = levels(), dict.__getitem__(matplotlib.rcParams, "backend")
+import helpers.compiling, helpers.plots, helpers.profiling
+after_levels = levels()
+print(json.dumps({
+    "env": sorted(set(os.environ.items()) ^ set(env.items())),
+    "levels": sorted(k for k in after_levels if after_levels[k] != before_levels.get(k, 0)),
+    "backend_changed": dict.__getitem__(matplotlib.rcParams, "backend") is not backend,
+}))
+"""
+
+
+def test_importing_plots_profiling_compiling_changes_no_global_state():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MPLBACKEND", "KINETO_LOG_LEVEL")}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    changes = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert changes == {"env": [], "levels": [], "backend_changed": False}
+
+
+def test_compiler_output_goes_to_the_outcome_log(capfd):
+    import logging
+
+    level = logging.getLogger("torch.utils.cpp_extension").level
+    out = compiling.time_training_steps(tiny, X, Y, backend="eager", steps=1, warmup=0)
+    assert out.ok and isinstance(out.log, str)
+    assert logging.getLogger("torch.utils.cpp_extension").level == level  # restored after compiling
+    noisy = compiling.time_training_steps(
+        lambda: Noisy(), X, Y, backend=None, steps=1, warmup=0)
+    assert "kernel timing table" in noisy.log and "kernel timing table" not in capfd.readouterr().err
+
+
+class Noisy(nn.Module):
+    """Writes to stderr in forward, as Inductor's max-autotune does while it benchmarks kernels."""
+
+    def __init__(self):
+        super().__init__()
+        self.net = tiny()
+
+    def forward(self, x):
+        import sys
+
+        sys.stderr.write("AUTOTUNE mm(4x16, 16x8): kernel timing table\n")
+        return self.net(x)

@@ -48,6 +48,53 @@ def test_real_dataset_missing_offline_gives_clear_error(tmp_path, monkeypatch):
         data.load_dataset("cifar10", source="real", root=tmp_path, download=False)
 
 
+def _write_idx(path, array):
+    """One file in the idx format torchvision's MNIST family reads (big-endian header, uint8 data)."""
+    header = bytes([0, 0, 0x08, array.ndim]) + b"".join(int(n).to_bytes(4, "big") for n in array.shape)
+    path.write_bytes(header + np.ascontiguousarray(array, dtype=np.uint8).tobytes())
+
+
+def test_real_fashionmnist_loads_through_torchvision_offline(tmp_path):
+    from torchvision.datasets import FashionMNIST
+
+    raw = tmp_path / "FashionMNIST" / "raw"
+    raw.mkdir(parents=True)
+    rng = np.random.default_rng(0)
+    splits = {"train": 12, "t10k": 5}
+    images = {s: rng.integers(0, 256, size=(n, 28, 28), dtype=np.uint8) for s, n in splits.items()}
+    for split, n in splits.items():
+        _write_idx(raw / f"{split}-images-idx3-ubyte", images[split])
+        _write_idx(raw / f"{split}-labels-idx1-ubyte", (np.arange(n) * 3) % 10)
+    train = data.load_dataset("fashionmnist", train=True, source="real", root=tmp_path, download=False)
+    test = data.load_dataset("fashionmnist", train=False, source="real", root=tmp_path)
+    assert isinstance(train, FashionMNIST) and (len(train), len(test)) == (12, 5)
+    assert not data.is_standin(train) and not data.is_standin(data.take(train, 4))
+    img, label = train[3]
+    assert img.shape == (1, 28, 28) and label == 9
+    assert torch.equal((img[0] * 255).round().to(torch.uint8), torch.from_numpy(images["train"][3]))
+    assert [len(y) for _, y in data.make_loader(train, 5, train=True)] == [5, 5, 2]
+
+
+def test_real_cifar10_is_checked_by_torchvision_and_refused_clearly(tmp_path):
+    import pickle
+
+    from torchvision.datasets import CIFAR10
+
+    folder = tmp_path / "cifar-10-batches-py"
+    folder.mkdir()
+    batch = {"data": np.zeros((4, 3072), dtype=np.uint8), "labels": [0, 1, 2, 3]}
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        (folder / name).write_bytes(pickle.dumps(batch))
+    (folder / "batches.meta").write_bytes(pickle.dumps({"label_names": list(data.SPECS["cifar10"].classes)}))
+    with pytest.raises(RuntimeError, match="corrupted"):  # torchvision's own MD5 check rejects the files
+        CIFAR10(root=str(tmp_path), train=True, download=False)
+    with pytest.raises(data.DatasetUnavailableError, match="failed torchvision's check") as info:
+        data.load_dataset("cifar10", source="real", root=tmp_path, download=False)
+    assert str(folder) in str(info.value) and "COURSE_DATA=standin" in str(info.value)
+    with pytest.raises(data.DatasetUnavailableError, match="is not in"):  # nothing there at all
+        data.load_dataset("cifar10", source="real", root=tmp_path / "empty", download=False)
+
+
 def test_real_dataset_found_on_disk(tmp_path, monkeypatch):
     class OnDisk(torch.utils.data.Dataset):
         def __init__(self, root, train, transform, download):

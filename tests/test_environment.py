@@ -1,36 +1,74 @@
-"""The pinned environment: pyproject.toml and environment.yml must agree."""
+"""The pinned environment and the package build: pyproject.toml, environment.yml, the Makefile."""
 
 import re
 import tomllib
 from pathlib import Path
 
+import yaml
+from packaging.requirements import Requirement
+
 ROOT = Path(__file__).resolve().parent.parent
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 
 
 def _pins(requirements):
+    """{name: (exact version, marker or '')} -- markers included, so a platform guard cannot get lost."""
     out = {}
-    for req in requirements:
-        req = req.split(";")[0].strip()
-        m = re.fullmatch(r"([A-Za-z0-9_.\-]+)==([^\s]+)", req)
-        if m:
-            out[m.group(1).lower()] = m.group(2)
+    for line in requirements:
+        req = Requirement(line)
+        specs = list(req.specifier)
+        assert len(specs) == 1 and specs[0].operator == "==", f"pin {line!r} with =="
+        out[req.name.lower()] = (specs[0].version, str(req.marker or ""))
     return out
 
 
-def test_pyproject_and_environment_yml_pin_the_same_versions():
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    reqs = list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
-    py_pins = _pins(reqs)
-    assert len(py_pins) == len(reqs), "every dependency in pyproject.toml must be pinned with =="
-    yml_lines = [ln.strip()[2:] for ln in (ROOT / "environment.yml").read_text().splitlines()
-                 if ln.strip().startswith("- ") and "==" in ln]
-    assert _pins(yml_lines) == py_pins
+def _project_requirements():
+    project = PYPROJECT["project"]
+    return list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
+
+
+def _yml_pip_requirements():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
+    return env, [r for r in pip if not r.startswith("-")], [r for r in pip if r.startswith("-")]
+
+
+def test_pyproject_and_environment_yml_pin_the_same_versions_and_markers():
+    env, yml, options = _yml_pip_requirements()
+    assert _pins(yml) == _pins(_project_requirements())
+    assert "python=3.11" in env["dependencies"] and "-e ." in options
+
+
+def test_markers_guard_the_linux_only_wheels():
+    pins = _pins(_project_requirements())
+    for name in ("intel-extension-for-pytorch", "intel-openmp"):
+        assert "platform_system == \"Linux\"" in pins[name][1] and "x86_64" in pins[name][1]
+    assert Requirement(next(r for r in _yml_pip_requirements()[1] if r.startswith("intel-openmp"))).marker.evaluate(
+        {"platform_system": "Darwin", "platform_machine": "arm64"}) is False
 
 
 def test_the_book_stack_is_pinned():
-    pins = _pins(tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"])
-    assert pins["torch"] == "2.8.0" and pins["torchvision"] == "0.23.0"
-    assert pins["intel-extension-for-pytorch"] == "2.8.0" and pins["nni"] == "3.0"
+    pins = _pins(PYPROJECT["project"]["dependencies"])
+    assert pins["torch"][0] == "2.8.0" and pins["torchvision"][0] == "0.23.0"
+    assert pins["intel-extension-for-pytorch"][0] == "2.8.0" and pins["nni"][0] == "3.0"
+
+
+def test_every_helpers_folder_is_packaged_with_its_data():
+    setuptools = PYPROJECT["tool"]["setuptools"]
+    folders = {".".join(p.relative_to(ROOT).parts) for p in (ROOT / "helpers").rglob("*")
+               if p.is_dir() and p.name != "__pycache__" and "__pycache__" not in p.parts}
+    assert set(setuptools["packages"]) >= {"helpers"} | folders, "add new helpers/ folders to [tool.setuptools] packages"
+    data_dir = ROOT / setuptools["package-dir"]["helpers.published_data"]
+    assert data_dir == ROOT / "data" / "published" and (data_dir / "__init__.py").is_file()
+    assert "*.csv" in setuptools["package-data"]["helpers.published_data"] and list(data_dir.glob("*.csv"))
+    assert any(pattern.startswith("launchers") for pattern in setuptools["package-data"]["helpers"])
+
+
+def test_venv_is_keyed_by_the_pins_not_by_file_dates():
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^VENV \?= \$\(CACHE\)/venv-\$\(PINS_HASH\)$", makefile, re.M)
+    installed = re.search(r"^\$\(VENV\)/\.installed:(.*)$", makefile, re.M)
+    assert installed and installed.group(1).strip() == "", "the environment must not depend on any file's date"
 
 
 def test_ci_calls_the_readme_test_command():
@@ -38,3 +76,4 @@ def test_ci_calls_the_readme_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
     assert "make test" in readme and "make lab" in readme
     assert re.search(r"^make test$", ci, re.M)
+    assert re.search(r"^export CI=", ci, re.M), "CI runs are strict about skipped tests (tests/conftest.py)"

@@ -54,3 +54,16 @@ def test_fp32_optimize_trains():
         opt.step()
         losses.append(float(loss.detach()))
     assert losses[-1] < losses[0]
+
+
+def test_advisory_says_archived_insecure_and_optional(monkeypatch):
+    text = ipex_support.advisory()
+    assert "archived" in text and "security" in text and "runs without it" in text
+    monkeypatch.setattr(ipex_support.metadata, "version", lambda name: "2.3.0+cpu")
+    assert ipex_support.advisory().startswith("IPEX 2.3.0+cpu is installed but does not match torch")
+
+    def missing(name):
+        raise ipex_support.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(ipex_support.metadata, "version", missing)
+    assert ipex_support.advisory().startswith("IPEX is not installed.")

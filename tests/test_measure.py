@@ -81,3 +81,14 @@ def test_loader_time_counts_images():
     assert capped.metrics["images_per_s"] == pytest.approx(4 / capped.stats.median)
     with pytest.raises(ValueError):
         measure.loader_time(loader, epochs=0)
+
+
+def test_matmul_peak_is_the_best_repeat_in_its_mode():
+    import torch
+
+    peak = measure.matmul_peak("cpu", "fp32", n=128, repeats=3)
+    assert peak and peak.mode == "fp32" and peak.repeats == 3
+    median = measure.matmul_flops_per_second(n=128, repeats=3)
+    assert peak.flops > 0 and median > 0
+    assert measure.math_mode("cpu", torch.float32) == "fp32"
+    assert not measure.MatmulPeak(0.0, "fp32")

@@ -25,6 +25,11 @@ def test_parse_dtype():
     assert precision.parse_dtype("fp32") is None and precision.parse_dtype(None) is None
     assert precision.parse_dtype("BF16") is torch.bfloat16 and precision.parse_dtype("float16") is torch.float16
     assert precision.parse_dtype(torch.bfloat16) is torch.bfloat16
+    for name in ("bfloat16", "BFloat16", "torch.bfloat16", " bf16 "):
+        assert precision.parse_dtype(name) is torch.bfloat16, name
+    for name in ("fp16", "half", "torch.float16"):
+        assert precision.parse_dtype(name) is torch.float16, name
+    assert precision.parse_dtype("float32") is None and precision.parse_dtype("FP64") is torch.float64
     with pytest.raises(ValueError, match="fp32, bf16, fp16"):
         precision.parse_dtype("int8")
 

@@ -37,3 +37,13 @@ def test_describe_labels_standin(monkeypatch):
     assert "stand-in" in profiles.describe()
     monkeypatch.setenv("COURSE_DATA", "real")
     assert "stand-in" not in profiles.describe()
+
+
+@pytest.mark.parametrize("raw,expected", [("SMOKE", "smoke"), (" Workshop ", "workshop"), ("", "workshop"), (None, "workshop")])
+def test_normalize_ignores_case_and_spaces(raw, expected):
+    assert profiles.normalize(raw) == expected
+
+
+def test_normalize_rejects_unknown_names():
+    with pytest.raises(profiles.ProfileError, match="'Fast'.*smoke, workshop, full"):
+        profiles.normalize("Fast")

@@ -15,3 +15,16 @@ def test_operator_shares_of_book_cnn():
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 100.0001
     assert 0 < profiling.share_of(table, "conv") <= 100
     assert profiling.share_of(table, "no-such-op") == 0
+
+
+def test_quiet_kineto_is_scoped(monkeypatch):
+    import os
+
+    monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
+    with profiling.quiet_kineto():
+        assert os.environ["KINETO_LOG_LEVEL"] == "5"
+    assert "KINETO_LOG_LEVEL" not in os.environ
+    monkeypatch.setenv("KINETO_LOG_LEVEL", "2")  # the user's own choice wins and stays
+    with profiling.quiet_kineto():
+        assert os.environ["KINETO_LOG_LEVEL"] == "2"
+    assert os.environ["KINETO_LOG_LEVEL"] == "2"

@@ -1,3 +1,5 @@
+import re
+
 import pytest
 import torch
 
@@ -41,10 +43,15 @@ def test_other_input_errors():
         pruning.remove_channels(model, {"layer1.0": list(range(32))}, torch.randn(1, 3, 32, 32))
 
 
-def test_nni_speedup_outcome_is_reported():
+def test_nni_speedup_failure_is_reported_and_the_model_untouched():
     model = models.book_cnn("cifar10")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     masks = pruning.nni_l1_masks(model, 0.5)
     outcome = pruning.try_nni_speedup(model, masks, torch.randn(1, 3, 32, 32))
-    # On torch >= 2.2 NNI 3.0's tracer fails; the helper must report it rather than raise.
-    assert outcome == "ok" or ":" in outcome
-    assert models.count_parameters(model) == 2_122_186  # the original model is untouched
+    # NNI 3.0's ModelSpeedup cannot trace models on torch >= 2.2 (the reason the course uses
+    # Torch-Pruning): the helper returns the error as "ExceptionType: message", it does not raise.
+    assert tuple(int(x) for x in torch.__version__.split(".")[:2]) >= (2, 2)
+    assert outcome != "ok" and re.fullmatch(r"[A-Za-z_]\w*: \S.*", outcome, re.S), outcome
+    after = model.state_dict()
+    assert list(after) == list(before) and all(torch.equal(before[k], after[k]) for k in before)
+    assert models.count_parameters(model) == 2_122_186

@@ -1,3 +1,7 @@
+import platform
+import re
+import sys
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -89,9 +93,15 @@ def test_rank_cpus_split_whole_cores():
         system.rank_cpus(2, 2, topo)
 
 
-def test_openmp_runtimes_sees_gnu_openmp():
-    libs = [rt["library"] for rt in system.openmp_runtimes()]
-    assert any("gomp" in lib or "iomp" in lib or "omp" in lib for lib in libs)
+def test_openmp_runtimes_lists_torchs_runtime_and_nothing_else():
+    import torch
+
+    runtimes = system.openmp_runtimes()
+    assert runtimes and all(set(rt) == {"library", "internal_api", "version", "num_threads"} for rt in runtimes)
+    assert all("omp" in rt["library"] for rt in runtimes), "only OpenMP runtimes (numpy's OpenBLAS is loaded too)"
+    if sys.platform == "linux":  # PyPI's torch links GNU OpenMP; its thread count is torch's
+        gomp = [rt for rt in runtimes if rt["library"].startswith("libgomp")]
+        assert gomp and gomp[0]["num_threads"] == str(torch.get_num_threads())
 
 
 def test_fingerprint_and_report():
@@ -101,9 +111,40 @@ def test_fingerprint_and_report():
     for key in ("cpu_model", "physical_cores", "logical_cores", "openmp", "versions", "bf16"):
         assert key in fp
     assert fp["versions"]["torch"] == torch.__version__
+    assert fp["openmp"] == [rt["library"] for rt in system.openmp_runtimes()]
     assert torch.__version__ in system.env_report()
+
+
+def test_library_versions_come_from_metadata_and_the_build(monkeypatch):
+    import torch
+
     versions = system.library_versions()
-    assert versions["nni"] != "" and "python" in versions
+    for dist in ("torchvision", "nni", "torch-pruning"):
+        assert versions[dist] == metadata.version(dist)
+    assert versions["python"] == platform.python_version() and versions["torch"] == torch.__version__
+    config = torch.__config__.show()
+    if "MKL-DNN" in config or "oneDNN" in config:
+        assert re.fullmatch(r"\d+\.\d+(\.\d+)*", versions["onednn"]), versions["onednn"]
+    if "Math Kernel Library" in config:
+        assert re.fullmatch(r"\d{4}\.\d+(\.\d+)*", versions["mkl"]), versions["mkl"]
+    real = metadata.version
+
+    def without_nni(dist):
+        if dist == "nni":
+            raise metadata.PackageNotFoundError(dist)
+        return real(dist)
+
+    monkeypatch.setattr(system.metadata, "version", without_nni)
+    assert system.library_versions()["nni"] == "not installed"
+
+
+def test_build_versions_parse_torchs_config_text():
+    text = ("  - Intel(R) oneAPI Math Kernel Library Version 2024.2-Product Build 20240605 for Intel(R) 64 "
+            "architecture applications\n  - Intel(R) MKL-DNN v3.7.1 (Git Hash 8d263e693366ef8db40acc569cc7d8edf644556d)\n"
+            "  - OpenMP 201511 (a.k.a. OpenMP 4.5)\n")
+    assert system.build_versions(text) == {"mkl": "2024.2", "onednn": "3.7.1"}
+    assert system.build_versions("  - oneDNN v3.9 (Git Hash abc)") == {"onednn": "3.9"}
+    assert system.build_versions("  - GCC 13.3") == {}
 
 
 def test_openmp_in_fresh_process_default_is_gnu():

@@ -1,11 +1,12 @@
 import os
 import signal
+import time
 
 import pytest
 import torch
 from torch import nn
 
-from helpers import data, models, training
+from helpers import checkpoints, data, models, seeds, training, variants
 
 
 def small_model():
@@ -13,7 +14,7 @@ def small_model():
 
 
 def fresh(seed=0):
-    training.set_seed(seed)
+    seeds.set_seed(seed)
     model = small_model()
     return model, torch.optim.Adam(model.parameters(), lr=1e-2)
 
@@ -85,7 +86,7 @@ def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(tiny_loaders, tmp_pa
     ckpt = tmp_path / "ctrl_c.pt"
     with pytest.raises(KeyboardInterrupt, match="checkpoint saved"):
         training.train(model, train_loader, opt, loss, epochs=1, progress=False, checkpoint=ckpt)
-    state = training.load_checkpoint(ckpt)
+    state = checkpoints.load_checkpoint(ckpt)
     assert (state["epoch"], state["batch"]) == (0, 3)  # the step in flight was completed and counted
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
     resumed, resumed_opt = fresh(seed=9)
@@ -97,25 +98,25 @@ def test_ctrl_c_finishes_the_step_saves_and_resumes_exactly(tiny_loaders, tmp_pa
 def test_corrupted_and_mismatched_checkpoints(tiny_loaders, tmp_path):
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"not a checkpoint at all")
-    with pytest.raises(training.CheckpointError, match="damaged"):
-        training.load_checkpoint(bad)
+    with pytest.raises(checkpoints.CheckpointError, match="damaged"):
+        checkpoints.load_checkpoint(bad)
     other = tmp_path / "other.pt"
     torch.save({"weights": torch.zeros(1)}, other)
-    with pytest.raises(training.CheckpointError, match="not a training checkpoint"):
-        training.load_checkpoint(other)
+    with pytest.raises(checkpoints.CheckpointError, match="not a training checkpoint"):
+        checkpoints.load_checkpoint(other)
     ckpt = tmp_path / "cnn.pt"
     model = models.book_cnn()
-    training.save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": {}, "rng": torch.get_rng_state(),
+    checkpoints.save_checkpoint(ckpt, {"model": model.state_dict(), "optimizer": {}, "rng": torch.get_rng_state(),
                                     "epoch": 0, "batch": 0, "step": 0})
     small, opt = fresh()
-    with pytest.raises(training.CheckpointError, match="does not fit"):
+    with pytest.raises(checkpoints.CheckpointError, match="does not fit"):
         training.train(small, tiny_loaders[0], opt, nn.CrossEntropyLoss(), epochs=1, progress=False, checkpoint=ckpt)
 
 
 def test_save_checkpoint_is_atomic(tmp_path):
-    path = training.save_checkpoint(tmp_path / "a" / "c.pt", {"model": {"w": torch.ones(2)}})
+    path = checkpoints.save_checkpoint(tmp_path / "a" / "c.pt", {"model": {"w": torch.ones(2)}})
     assert path.exists() and list(path.parent.iterdir()) == [path]
-    assert torch.equal(training.load_checkpoint(path)["model"]["w"], torch.ones(2))
+    assert torch.equal(checkpoints.load_checkpoint(path)["model"]["w"], torch.ones(2))
 
 
 def test_autocast_and_max_steps(tiny_loaders):
@@ -128,30 +129,75 @@ def test_autocast_and_max_steps(tiny_loaders):
 
 
 def test_run_variant_protocol(tiny_loaders):
-    res = training.run_variant("tiny", small_model, *tiny_loaders, epochs=2, repeats=2,
+    res = variants.run_variant("tiny", small_model, *tiny_loaders, epochs=2, repeats=2,
                                make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05), progress=False)
     assert len(res.samples) == 2 and len(res.warmup) == 2
     assert set(res.metrics) == {"total_s", "steps", "loss", "accuracy", "data_wait_s"} and res.metrics["steps"] == 16
     with pytest.raises(ValueError, match="epochs >= 2"):
-        training.run_variant("x", small_model, *tiny_loaders, epochs=1)
+        variants.run_variant("x", small_model, *tiny_loaders, epochs=1)
 
 
-def test_overhead_vs_bare_loop_reports_ratio(tiny_loaders):
-    out = training.overhead_vs_bare_loop(small_model, tiny_loaders[0], epochs=1, repeats=1)
-    assert set(out) == {"bare_s", "helper_s", "ratio"} and out["ratio"] > 0
+class VirtualClock:
+    """Stands in for time.perf_counter: time passes only when the test says so (no machine noise)."""
+
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+    def advance(self, seconds):
+        self.now += seconds
+
+
+class PacedBatches:
+    """A loader whose every batch takes ``delay`` seconds of the virtual clock."""
+
+    def __init__(self, n, delay, clock):
+        self.batches = [(torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))) for _ in range(n)]
+        self.delay, self.clock = delay, clock
+
+    def __len__(self):
+        return len(self.batches)
+
+    def __iter__(self):
+        for batch in self.batches:
+            self.clock.advance(self.delay)
+            yield batch
+
+
+def test_overhead_vs_bare_loop_times_both_loops_and_catches_overhead(monkeypatch):
+    clock = VirtualClock()
+    monkeypatch.setattr(time, "perf_counter", clock)
+    loader, epochs = PacedBatches(3, 0.02, clock), 2
+    linear = lambda: nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))  # noqa: E731 -- cheap: timing is virtual
+    per_run = epochs * len(loader) * loader.delay  # every batch of every epoch, in both loops
+    out = variants.overhead_vs_bare_loop(linear, loader, epochs=epochs, repeats=1)
+    assert out == pytest.approx({"bare_s": per_run, "helper_s": per_run, "ratio": 1.0})
+
+    real_train = variants.train
+
+    def train_with_overhead(*args, **kwargs):  # a helper that wastes 0.25 s per epoch
+        result = real_train(*args, **kwargs)
+        clock.advance(0.25 * kwargs["epochs"])
+        return result
+
+    monkeypatch.setattr(variants, "train", train_with_overhead)
+    slow = variants.overhead_vs_bare_loop(linear, loader, epochs=epochs, repeats=1)
+    assert slow == pytest.approx({"bare_s": per_run, "helper_s": per_run + 0.5, "ratio": (per_run + 0.5) / per_run})
 
 
 def test_run_in_fresh_process_applies_environment():
-    payload = training.run_in_fresh_process(
+    payload = variants.run_in_fresh_process(
         {"OMP_NUM_THREADS": "1", "COURSE_DATA": "standin"}, name="child", epochs=2, train_size=64,
         test_size=32, batch_size=32)
-    res = training.result_from_payload(payload)
+    res = variants.result_from_payload(payload)
     assert payload["torch_threads"] == 1 and payload["standin"] is True
     assert res.name == "child" and len(res.samples) == 1 and 0 <= res.metrics["accuracy"] <= 100
     with pytest.raises(ValueError, match="unknown option"):
-        training.run_in_fresh_process(epochz=2)
+        variants.run_in_fresh_process(epochz=2)
     with pytest.raises(RuntimeError, match="failed"):
-        training.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, epochs=2, train_size=8, test_size=8)
+        variants.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, epochs=2, train_size=8, test_size=8)
 
 
 def test_data_wait_measures_a_slow_loader():

@@ -1,0 +1,311 @@
+"""Build and run the launch commands of the course's DDP entry point (``python -m helpers.distributed``).
+
+* ``torchrun_command`` / ``mpirun_command`` / ``sbatch_command`` write the command lines a
+  reader would type (one torchrun per machine, one mpirun, one sbatch);
+* ``check_ranks`` refuses more pinned CPU ranks than physical cores with one message,
+  before anything starts;
+* ``run_job`` starts one or more launchers (two torchrun "nodes" on one machine), reads their
+  merged stdout+stderr in threads (a full pipe cannot block a job), and on a timeout or Ctrl-C
+  stops every process it started -- launchers and the ranks they spawned in their own
+  sessions -- and waits for them, so nothing is left holding a port or a core;
+* ``measure_job`` runs a job with the course's measurement protocol; ``rank_lines`` picks
+  the per-rank report lines out of a job's output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from .distributed import SBATCH_SCRIPT, DistributedSetupError
+
+if TYPE_CHECKING:
+    from .measure import Result
+
+ENTRY = ["-m", "helpers.distributed"]
+_ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def check_ranks(ranks_per_node: int, device: str = "cpu", nodes_per_host: int = 1) -> None:
+    """Refuse more pinned CPU ranks on this machine than it has physical cores, with the numbers.
+
+    ``nodes_per_host``: simulated nodes sharing this machine (chapter 11); their ranks add up.
+    """
+    from . import system
+
+    if ranks_per_node < 1 or nodes_per_host < 1:
+        raise DistributedSetupError("the number of ranks (and of nodes) must be at least 1")
+    cores = system.topology().physical_cores
+    total = ranks_per_node * nodes_per_host
+    if device.split(":")[0] == "cpu" and total > cores:
+        who = f"{total} ranks ({nodes_per_host} nodes x {ranks_per_node})" if nodes_per_host > 1 \
+            else f"{total} ranks"
+        raise DistributedSetupError(
+            f"{who} requested but this machine has {cores} physical cores: each CPU rank gets whole cores, "
+            f"so use at most {cores} ranks here (or add --no-pin to the job's arguments to share cores knowingly)."
+        )
+
+
+def _entry_option(args: Sequence[str], name: str, default: str) -> str:
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return default
+
+
+def _check_entry_args(nproc: int, args: Sequence[str]) -> None:
+    if "--no-pin" in args:
+        return
+    device = _entry_option(args, "--device", "cpu")
+    check_ranks(nproc, device, int(_entry_option(args, "--nodes-per-host", "1")))
+
+
+def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int = 1, node_rank: int = 0,
+                     master_addr: str = "127.0.0.1", master_port: int | None = None,
+                     max_restarts: int = 0, monitor_interval: float = 0.5, check: bool = True) -> list[str]:
+    """One machine's torchrun line (static rendezvous at master_addr:master_port) for the entry point.
+
+    With ``check`` (default) a CPU job that asks for more pinned ranks than this machine's
+    cores is refused here, with one message, instead of failing in every rank.
+    """
+    if check:
+        _check_entry_args(nproc, args)
+    port = master_port or free_port()
+    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
+            f"--node-rank={node_rank}", f"--master-addr={master_addr}", f"--master-port={port}",
+            f"--max-restarts={max_restarts}", f"--monitor-interval={monitor_interval}", *ENTRY, *args]
+
+
+def mpirun_command(np: int, args: Sequence[str], master_port: int | None = None, *,
+                   check: bool = True) -> list[str]:
+    """An Open MPI line running the entry point on this machine (the collectives still use gloo/nccl)."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        raise DistributedSetupError("mpirun not found: install Open MPI "
+                                    "(Debian/Ubuntu: apt-get update && apt-get install -y openmpi-bin).")
+    if check:
+        _check_entry_args(np, args)
+    # Open MPI refuses to run as root unless told, and more ranks than slots without --oversubscribe.
+    extra = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
+    forwarded = [x for var in ("PATH", "PYTHONPATH", "COURSE_PROFILE", "COURSE_DATA", "COURSE_DATA_DIR",
+                               "OMP_NUM_THREADS", "TQDM_DISABLE")
+                 if var in os.environ for x in ("-x", var)]
+    # --bind-to none: the entry point pins each rank itself, from its local rank and the topology
+    return [mpirun, *extra, "--oversubscribe", "--bind-to", "none", "-np", str(np),
+            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={master_port or free_port()}", *forwarded,
+            sys.executable, *ENTRY, *args]
+
+
+def sbatch_command(args: Sequence[str], script: str | Path = SBATCH_SCRIPT) -> list[str]:
+    """The sbatch line that submits the course's batch script with the entry point's arguments."""
+    return ["sbatch", str(script), *args]
+
+
+@dataclass
+class JobResult:
+    """A finished launch: exit code, seconds, merged output, rank 0's summary (if written) and
+    the entry point's one-line error message (if it printed one)."""
+
+    returncode: int
+    seconds: float
+    output: str
+    summary: dict[str, Any] | None
+    error: str | None = field(default=None)
+
+
+def _tree(proc: subprocess.Popen) -> list[Any]:
+    """The process and every descendant (torchrun starts its ranks in sessions of their own)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def stop_processes(procs: Sequence[subprocess.Popen], grace: float = 5.0) -> None:
+    """SIGTERM each launcher's process group and all its descendants, wait ``grace`` s, SIGKILL the rest."""
+    import psutil
+
+    everyone = [p for proc in procs for p in _tree(proc)]
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except (ProcessLookupError, PermissionError):
+                pass
+    for p in everyone:
+        try:
+            p.terminate()
+        except psutil.NoSuchProcess:
+            pass
+    _, alive = psutil.wait_procs(everyone, timeout=grace)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    psutil.wait_procs(alive, timeout=grace)
+    for proc in procs:
+        try:
+            proc.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            pass
+
+
+def first_error(output: str) -> str | None:
+    """The entry point's own ``error: ...`` message in a job's output (printed once by rank 0)."""
+    found = _ERROR_LINE.search(output)
+    return found.group(1).strip() if found else None
+
+
+_JOIN_FAILED = ("could not join the job", "connectFullMesh failed")
+
+
+def join_failed(job: JobResult) -> bool:
+    """True when the job failed because its ranks could not connect to each other."""
+    return job.returncode != 0 and any(s in job.output for s in _JOIN_FAILED)
+
+
+def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[str]]],
+            out: str | Path | None = None, timeout: float = 300, env: Mapping[str, str] | None = None,
+            retries: int = 0) -> JobResult:
+    """Start one or more launcher processes (e.g. two torchrun 'nodes'), wait, collect output.
+
+    Each launcher runs in its own process group with stdout and stderr merged into one pipe,
+    drained by a thread while the job runs. On timeout it raises DistributedSetupError, on
+    Ctrl-C KeyboardInterrupt -- in both cases after stopping every process of the job.
+    ``retries``: start the job again (at most this often) when its ranks could not connect to
+    each other -- on a busy shared machine gloo's connection set-up occasionally fails; pass
+    ``commands`` as a function to build fresh command lines (a new port) for every attempt.
+    """
+    for attempt in range(retries + 1):
+        job = _run_once(commands() if callable(commands) else commands, out, timeout, env)
+        if not join_failed(job) or attempt == retries:
+            return job
+        print(f"(the ranks could not connect; starting the job again, attempt {attempt + 2})", flush=True)
+    raise AssertionError("not reached")
+
+
+def _wait_all(procs: Sequence[subprocess.Popen], deadline: float, grace: float = 15.0) -> None:
+    """Wait for every launcher; once one has failed, give the others ``grace`` seconds to notice
+    (a node whose peer died would otherwise wait for its rendezvous timeout), then stop them."""
+    failed_at = None
+    while [p.poll() for p in procs].count(None):
+        now = time.perf_counter()
+        if now > deadline:
+            raise subprocess.TimeoutExpired("job", 0)
+        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
+            failed_at = now
+        if failed_at is not None and now - failed_at > grace:
+            stop_processes(procs)
+            return
+        time.sleep(0.1)
+
+
+def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout: float,
+              env: Mapping[str, str] | None) -> JobResult:
+    child_env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
+    if out is not None and Path(out).exists():
+        Path(out).unlink()
+    start = time.perf_counter()
+    procs: list[subprocess.Popen] = []
+    chunks: list[list[str]] = []
+    readers: list[threading.Thread] = []
+    try:
+        for c in commands:
+            proc = subprocess.Popen(list(c), env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True, errors="replace", start_new_session=True)
+            procs.append(proc)
+            sink: list[str] = []
+            chunks.append(sink)
+            reader = threading.Thread(target=lambda f=proc.stdout, s=sink: s.extend(iter(f.readline, "")),
+                                      daemon=True)
+            reader.start()
+            readers.append(reader)
+        _wait_all(procs, start + timeout)
+    except subprocess.TimeoutExpired:
+        stop_processes(procs)
+        for reader in readers:
+            reader.join(timeout=5)
+        tail = "\n".join("".join(sink) for sink in chunks)[-1500:]
+        raise DistributedSetupError(f"the job did not finish within {timeout:.0f} s; all its processes "
+                                    f"were stopped. Its last output:\n{tail}") from None
+    except BaseException:  # Ctrl-C, or a launcher that could not start: leave nothing behind
+        stop_processes(procs)
+        raise
+    finally:
+        for reader in readers:
+            reader.join(timeout=5)
+    code = next((p.returncode for p in procs if p.returncode), 0)
+    output = "\n".join("".join(sink) for sink in chunks)
+    summary = json.loads(Path(out).read_text()) if out is not None and Path(out).exists() else None
+    return JobResult(code, time.perf_counter() - start, output, summary, first_error(output))
+
+
+def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path, *,
+                repeats: int = 1, timeout: float = 600, env: Mapping[str, str] | None = None,
+                epochs_as_samples: bool = False, retries: int = 1) -> "Result":
+    """Run a job ``repeats`` times and summarise it with the course protocol.
+
+    ``command(out_path)`` returns the launcher command lines of one run. Each run's first
+    epoch is its warm-up. Timed samples: the median of the other epochs of each run, or,
+    with ``epochs_as_samples``, every steady-state epoch of every run (a spread from one run).
+    Metrics: accuracy (median), optimizer steps, world size and global batch of the last run.
+    ``retries``: as in ``run_job`` (a run whose ranks could not connect is started again).
+    A failed job raises DistributedSetupError with the entry point's own message.
+    """
+    from .measure import Result
+
+    samples: list[float] = []
+    warm: list[float] = []
+    accs: list[float] = []
+    summary: dict[str, Any] = {}
+    job = None
+    for r in range(repeats):
+        out = Path(out_dir) / f"{name}-{r}.json"
+        job = run_job(lambda: command(out), out=out, timeout=timeout, env=env, retries=retries)
+        if job.returncode != 0 or job.summary is None:
+            detail = job.error or job.output[-1500:]
+            raise DistributedSetupError(f"job {name!r} failed (exit {job.returncode}): {detail}")
+        summary = job.summary
+        times = summary["epoch_times"]
+        if len(times) < 2:
+            raise DistributedSetupError("measure_job needs --epochs >= 2 to keep the warm-up epoch apart")
+        warm.append(times[0])
+        samples.extend(times[1:] if epochs_as_samples else [statistics.median(times[1:])])
+        accs.append(summary["accuracy"])
+    assert job is not None
+    return Result(name, samples, warm, {"accuracy": statistics.median(accs), "steps": float(summary["steps"]),
+                                        "world_size": float(summary["world_size"]),
+                                        "global_batch": float(summary["global_batch"])},
+                  {"last_output": job.output[-3000:], "summary": summary})
+
+
+def rank_lines(output: str) -> list[str]:
+    """The per-rank report lines of a job's output, sorted by rank (ranks printing at the
+    same moment can share a line of the merged output, so they are matched, not split)."""
+    found = re.findall(r"rank \d+/\d+ \(.*?\): all_reduce\(rank\+1\) = [\d.e+]+", output)
+    return sorted(found, key=lambda line: int(line.split()[1].split("/")[0]))

@@ -1,0 +1,253 @@
+"""What ``helpers.tune`` shows and writes: the trial table, the figure, the lines to apply the
+winner, result rows (``helpers.results``) and ``DIR/tune.json``."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import results, system
+from .files import atomic_write_text
+from .tables import Table
+
+
+def short_name(report: dict[str, Any]) -> str:
+    """The model as ``file.py:FUNC`` without its folder (no machine paths in tables)."""
+    return str(report["model"]).replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def busy_note(report: dict[str, Any]) -> str:
+    """A warning when other work shared the CPU during the search ('' otherwise)."""
+    load, cores = report.get("load_average"), report.get("logical_cores")
+    if load is None or not cores or load <= cores:
+        return ""
+    return (f"Note: the machine was busy during this search (load average {load:.1f} on {cores} logical cores): "
+            "other processes competed for the cores, which slows multi-threaded steps most. "
+            "Re-run on a quiet machine before trusting the thread levers.")
+
+
+def table(report: dict[str, Any]) -> Table:
+    """Every trial: levers, ok, step time (median, spread), warm-up, projected total, speed-up, loss check."""
+    t = Table(["trial", "stage", "ok", "batch", "step (ms)", "spread (ms)", "warm-up (s)",
+               f"total for {report['planned_steps']} steps (s)", "speed-up (x)", "loss diff (% of start)", "error"],
+              title=f"Tuning {short_name(report)} on {report['device']}")
+    for tr in report["trials"]:
+        t.add(tr["label"], tr["stage"], "yes" if tr["ok"] else "no", tr.get("batch_size"), tr["step_ms"],
+              tr["spread_ms"], tr["warmup_s"], tr["total_s"], tr.get("speedup"),
+              None if tr["loss_diff"] is None else 100 * tr["loss_diff"], tr["error"][:80])
+    return t
+
+
+def figure(report: dict[str, Any]) -> Any:
+    """Horizontal bars: speed-up over the planned steps of every trial (min-max of the repeats); failures marked."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    trials = report["trials"]
+    base_total = report["baseline"]["total_s"]
+    fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(trials) + 1.4))
+    best = report["best"]["label"]
+    for i, tr in enumerate(trials):
+        if tr["ok"] and tr.get("totals_s"):
+            lo, hi = base_total / max(tr["totals_s"]), base_total / min(tr["totals_s"])
+            value = tr["speedup"]
+            color = "tab:green" if tr["label"] == best else ("tab:blue" if tr["stage"] != "combined" else "tab:purple")
+            ax.barh(i, value, color=color, xerr=[[value - lo], [hi - value]], capsize=3)
+            ax.text(value, i, f" {value:.2f}x", va="center", fontsize=8)
+        else:
+            ax.barh(i, 0.02, color="tab:red")
+            ax.text(0.03, i, " failed: " + tr["error"][:45], va="center", fontsize=7, color="tab:red")
+    ax.axvline(1.0, color="black", lw=0.8, ls="--")
+    ax.set_yticks(range(len(trials)), [t["label"] for t in trials], fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel(f"speed-up over {report['planned_steps']} planned steps, warm-up/compile included (x)")
+    ax.set_title(f"{short_name(report)} on {report['device']}: green = best, purple = combined", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def _env_path(path: str) -> str:
+    """A library path written relative to the active environment ($VIRTUAL_ENV) when it lies inside it."""
+    prefix = Path(sys.prefix)
+    try:
+        return "$VIRTUAL_ENV/" + str(Path(path).relative_to(prefix))
+    except ValueError:
+        return path
+
+
+def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "Adam") -> dict[str, list[str]]:
+    """The environment variables and the code lines that switch on ``levers`` in a training script."""
+    dev = device.split(" ")[0].split(":")[0]
+    env: list[str] = []
+    code: list[str] = []
+    if levers.get("omp"):
+        threads = levers.get("threads") or system.topology().physical_cores
+        for k, v in system.openmp_env(levers["omp"], int(threads)).items():
+            v = _env_path(v) if k == "LD_PRELOAD" else v
+            env.append(f'{k}="{v}"' if " " in v else f"{k}={v}")
+    elif levers.get("threads"):
+        env.append(f"OMP_NUM_THREADS={levers['threads']}")
+    if levers.get("threads"):
+        code.append(f"torch.set_num_threads({levers['threads']})")
+    if levers.get("batch"):
+        code.append(f"loader = DataLoader(dataset, batch_size={levers['batch']} * batch_size, ...)"
+                    f"  # {levers['batch']}x fewer steps: re-check the learning rate and accuracy")
+    if levers.get("channels_last"):
+        code += ["model = model.to(memory_format=torch.channels_last)",
+                 "inputs = inputs.contiguous(memory_format=torch.channels_last)  # each batch"]
+    if levers.get("optimizer"):
+        code.append(f"optimizer = torch.optim.{optimizer}(model.parameters(), ..., {levers['optimizer']}=True)"
+                    "  # your settings, plus this flag")
+    dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(levers.get("autocast", ""))
+    if levers.get("ipex"):
+        code += ["import intel_extension_for_pytorch as ipex",
+                 "model, optimizer = ipex.optimize(model, optimizer=optimizer"
+                 + (", dtype=torch.bfloat16)" if levers.get("autocast") == "bf16" else ")")]
+    if levers.get("compile"):
+        mode = levers["compile"]
+        code.append("model = torch.compile(model" + ("" if mode == "default" else f', mode="{mode}"') + ")")
+    scaler = levers.get("autocast") == "fp16" and dev == "cuda"
+    if scaler:
+        code.append('scaler = torch.amp.GradScaler("cuda")')
+    if dtype:
+        code += [f'with torch.autocast("{dev}", dtype={dtype}):', "    loss = loss_fn(model(inputs), targets)"]
+        code += (["scaler.scale(loss).backward()", "scaler.step(optimizer)", "scaler.update()"] if scaler
+                 else ["loss.backward()", "optimizer.step()"])
+    return {"env": env, "code": code}
+
+
+def summary(report: dict[str, Any]) -> str:
+    """The table, the best set of levers with its speed-up, and the lines to apply it, as text."""
+    best = report["best"]
+    lines = [str(table(report)), ""]
+    for s in report["skipped"]:
+        lines.append(f"skipped {s['label']}: {s['reason']}")
+    lines.append(f"\nbest: {best['label']} -- {best['speedup']:.2f}x faster than the baseline over "
+                 f"{report['planned_steps']} planned steps ({best['total_s']:.1f} s vs "
+                 f"{report['baseline']['total_s']:.1f} s, warm-up and compile included)")
+    if busy_note(report):
+        lines.append(busy_note(report))
+    if not best["levers"]:
+        lines.append("Nothing measured here beat PyTorch's defaults: keep your script as it is.")
+        return "\n".join(lines)
+    how = apply_lines(best["levers"], report["device"], report.get("optimizer") or "Adam")
+    if how["env"]:
+        lines += ["\nenvironment (set before Python starts):", *("  export " + e for e in how["env"])]
+    lines += ["\ncode:", *("  " + c for c in how["code"])]
+    return "\n".join(lines)
+
+
+def result_rows(report: dict[str, Any], chapter: str = "tune") -> list[results.Row]:
+    """helpers.results rows: projected total time (s) and step time (ms) of every successful trial."""
+    ok = [t for t in report["trials"] if t["ok"]]
+    experiment = f"tune {short_name(report)}"
+    extra = {t["label"]: {"levers": t["levers"], "warmup_s": t["warmup_s"], "loss_diff": t["loss_diff"],
+                          "planned_steps": report["planned_steps"], "device": report["device"]} for t in ok}
+    rows = results.make_rows(chapter, experiment, {t["label"]: t["totals_s"] for t in ok},
+                             metric="planned_total_time", unit="s", baseline="baseline", extra=extra, data="none")
+    ctx = {"fingerprint": rows[0].fingerprint, "profile": rows[0].profile, "data": "none"}
+    rows += results.make_rows(chapter, experiment, {t["label"]: t["samples_ms"] for t in ok},
+                              metric="step_time", unit="ms", baseline="baseline", **ctx)
+    return rows
+
+
+def write_outputs(report: dict[str, Any], out: Path, chapter: str = "tune") -> Path:
+    """Write ``out/tune.json``, ``out/rows.jsonl`` and ``out/tune.png``; returns the tune.json path."""
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    out.mkdir(parents=True, exist_ok=True)
+    path = atomic_write_text(out / "tune.json", json.dumps(report, indent=1, default=str) + "\n")
+    results.append_rows(result_rows(report, chapter), out / results.ROWS_FILE)
+    fig = figure(report)
+    fig.savefig(out / "tune.png", dpi=110)
+    plt.close(fig)
+    return path
+
+
+def rescore(report: dict[str, Any], planned_steps: int) -> Table:
+    """The measured trials projected to another number of planned steps (no new measurement).
+
+    A trial's total is its warm-up plus its median step time for the remaining steps, so a
+    lever with a big warm-up (compilation) can lose over a short run and win over a long one.
+    """
+    guard = int(report.get("guard_steps", 10))
+    base = report["baseline"]
+
+    def total(t: dict[str, Any]) -> float:
+        k = int(t["levers"].get("batch", 1))
+        return t["warmup_s"] + t["step_ms"] / 1000 * max(0, math.ceil(planned_steps / k) - guard)
+
+    t = Table(["trial", f"total for {planned_steps} steps (s)", "speed-up (x)"],
+              title=f"{short_name(report)} projected to {planned_steps} planned steps")
+    for tr in sorted((x for x in report["trials"] if x["ok"]), key=total):
+        t.add(tr["label"], total(tr), total(base) / total(tr))
+    return t
+
+
+def break_even_steps(base: dict[str, Any], trial: dict[str, Any]) -> float | None:
+    """Planned steps (of the planned batch) after which ``trial`` beats ``base``; None if never.
+
+    0 when the trial is ahead from the start (no extra warm-up and faster steps).
+    """
+    if not (base.get("ok") and trial.get("ok")):
+        return None
+    # A trial with a k-times batch needs k times fewer steps: compare per step of the planned batch.
+    per_step = trial["step_ms"] / int(trial["levers"].get("batch", 1))
+    extra_warm = trial["warmup_s"] - base["warmup_s"]
+    saved_per_step = (base["step_ms"] / int(base["levers"].get("batch", 1)) - per_step) / 1000
+    if saved_per_step <= 0:
+        return None
+    return max(0.0, extra_warm / saved_per_step)
+
+
+def explain(report: dict[str, Any]) -> list[str]:
+    """Sentences about this run, each one computed from its numbers (why the winner won, what lost)."""
+    base = report["baseline"]
+    best = report["best"]
+    planned = report["planned_steps"]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for t in report["trials"]:
+        if t["stage"] == "single":
+            by_kind.setdefault(next(iter(t["levers"])), []).append(t)
+    out = [f"Best: {best['label']}, {best['speedup']:.2f}x over {planned} planned steps."]
+    if busy_note(report):
+        out.append(busy_note(report))
+    for kind, trials in by_kind.items():
+        for t in trials:
+            if not t["ok"]:
+                out.append(f"{t['label']} failed and was left out: {t['error'][:120]}")
+                continue
+            sp = t["speedup"] or 0.0
+            verdict = "helped" if sp >= 1.02 else "made no measurable difference" if sp > 0.98 else "hurt"
+            line = f"{t['label']} {verdict} ({sp:.2f}x; step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms"
+            line += f", warm-up {t['warmup_s']:.1f} vs {base['warmup_s']:.1f} s)."
+            if kind == "compile":
+                be = break_even_steps(base, t)
+                line += (f" Its steps are faster: it pays for its compile after about {be:,.0f} steps"
+                         f" ({'within' if be <= planned else 'more than'} the {planned} planned)." if be is not None
+                         else " Its steady steps are not faster here, so the compile time is never paid back.")
+            elif kind == "threads" and sp >= 1.02:
+                line += (" Fewer threads won: the operations are too small to split well across cores, "
+                         "or other processes are using the cores at the same time.")
+            elif kind == "autocast":
+                line += _autocast_note(t, sp, report["device"])
+            elif kind == "batch":
+                line += (" A bigger batch does the same work in fewer, larger steps; it changes training"
+                         " dynamics, so check accuracy and the learning rate before keeping it.")
+            out.append(line)
+    return out
+
+
+def _autocast_note(trial: dict[str, Any], speedup: float, device: str) -> str:
+    if not device.startswith("cpu"):
+        return (" (16-bit matrix units such as tensor cores do the heavy layers.)" if speedup >= 1.02 else
+                " (the model is too small, or launch-bound, for 16-bit arithmetic to matter.)")
+    flags = system.cpu_bf16_support()
+    if trial["levers"].get("autocast") == "bf16":
+        hw = ("this CPU has AMX" if flags.get("amx") else "this CPU has AVX512-BF16 but no AMX"
+              if flags.get("native_bf16") else "this CPU has no native bf16 instructions")
+        return f" ({hw}; the casts to and from bf16 cost time that small layers do not win back.)" \
+            if speedup < 1.02 else f" ({hw}; half the bytes per value and faster bf16 arithmetic.)"
+    return ""

@@ -1,0 +1,270 @@
+"""One tuning trial: a reader's model trained for a few steps with a set of levers, timed.
+
+``helpers.tune`` runs every trial through ``python -m helpers.tune_trial`` in a child process
+(OpenMP reads its settings at start-up, and a compile cannot be interrupted in-process, so the
+parent kills the child when the trial overruns). The child reads a JSON request on stdin and
+prints one line ``TUNE_TRIAL_RESULT {json}`` on stdout.
+
+A model is named ``FILE.py:FUNC`` (or ``package.module:FUNC``); ``FUNC()`` returns
+``(model, inputs, targets, loss_fn)`` or ``(model, inputs, targets, loss_fn, make_optimizer)``,
+``make_optimizer(params)`` building the optimizer (Adam, lr 1e-3, when absent). ``inputs`` is
+one tensor of any shape (batch first) or a tuple of tensors passed as ``model(*inputs)``.
+
+Levers (a dict; absent key = PyTorch's default): ``threads`` (int), ``omp`` (``gnu-bound`` or
+``intel``, applied by the parent through environment variables), ``channels_last`` (bool),
+``autocast`` (``bf16``/``fp16``; fp16 on CUDA uses a GradScaler), ``compile`` (a torch.compile
+mode), ``ipex`` (bool), ``optimizer`` (``foreach``/``fused``), ``batch`` (int factor: the batch
+repeated that many times, so gradients and loss stay those of the original batch).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from . import devices
+from .seeds import set_seed
+
+RESULT_MARK = "TUNE_TRIAL_RESULT "
+AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class ModelSpecError(ValueError):
+    """A ``FILE.py:FUNC`` that cannot be loaded, or a FUNC that returns the wrong thing."""
+
+
+@dataclass
+class Workload:
+    """What ``FUNC()`` returned, checked."""
+
+    model: nn.Module
+    inputs: tuple[torch.Tensor, ...]
+    targets: torch.Tensor
+    loss_fn: Callable[..., torch.Tensor]
+    make_optimizer: Callable[[Any], torch.optim.Optimizer]
+
+    @property
+    def input_dims(self) -> int:
+        """Number of dimensions of the first input (4 for an image batch)."""
+        return self.inputs[0].dim()
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.inputs[0].shape[0]) if self.input_dims else 1
+
+
+_USAGE = ("Name the model as FILE.py:FUNC (e.g. notebooks/examples/tabular_mlp.py:build), where FUNC() returns "
+          "(model, inputs, targets, loss_fn) or (model, inputs, targets, loss_fn, make_optimizer).")
+
+
+def load_function(spec: str) -> Callable[[], Any]:
+    """The function named by ``FILE.py:FUNC`` or ``package.module:FUNC``; ModelSpecError otherwise."""
+    if not isinstance(spec, str) or spec.count(":") < 1:
+        raise ModelSpecError(f"{spec!r} has no ':FUNC' part. {_USAGE}")
+    where, func_name = spec.rsplit(":", 1)
+    if not where or not func_name.isidentifier():
+        raise ModelSpecError(f"{spec!r} is not FILE.py:FUNC. {_USAGE}")
+    if where.endswith(".py") or "/" in where or "\\" in where:
+        path = Path(where)
+        if not path.is_file():
+            raise ModelSpecError(f"model file {where!r} does not exist (looked from {Path.cwd().name}/). {_USAGE}")
+        mod_name = f"_tune_model_{path.stem}"
+        module_spec = importlib.util.spec_from_file_location(mod_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ModelSpecError(f"cannot import {where!r} as Python. {_USAGE}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
+        try:
+            module_spec.loader.exec_module(module)
+        except Exception as exc:
+            raise ModelSpecError(f"importing {where!r} failed: {type(exc).__name__}: {exc}") from exc
+    else:
+        try:
+            module = importlib.import_module(where)
+        except ImportError as exc:
+            raise ModelSpecError(f"cannot import module {where!r} ({exc}). {_USAGE}") from exc
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ModelSpecError(f"{where!r} has no function {func_name!r}. {_USAGE}")
+    return func
+
+
+def default_optimizer(params: Any) -> torch.optim.Optimizer:
+    """Adam with lr 1e-3: what the tuner uses when FUNC gives no optimizer factory."""
+    return torch.optim.Adam(params, lr=1e-3)
+
+
+def check_workload(returned: Any, spec: str = "FUNC") -> Workload:
+    """Check what ``FUNC()`` returned and wrap it; ModelSpecError with what is wrong otherwise."""
+    if not isinstance(returned, (tuple, list)) or len(returned) not in (4, 5):
+        got = f"a {type(returned).__name__}" + (f" of {len(returned)} items" if isinstance(returned, (tuple, list)) else "")
+        raise ModelSpecError(f"{spec}() returned {got}. {_USAGE}")
+    model, inputs, targets, loss_fn = returned[:4]
+    make_opt = returned[4] if len(returned) == 5 else default_optimizer
+    if not isinstance(model, nn.Module):
+        raise ModelSpecError(f"{spec}(): item 1 must be a torch.nn.Module, got {type(model).__name__}. {_USAGE}")
+    inputs_t = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    if not inputs_t or not all(isinstance(t, torch.Tensor) for t in inputs_t):
+        raise ModelSpecError(f"{spec}(): item 2 (inputs) must be a tensor or a tuple of tensors. {_USAGE}")
+    if not isinstance(targets, torch.Tensor):
+        raise ModelSpecError(f"{spec}(): item 3 (targets) must be a tensor, got {type(targets).__name__}. {_USAGE}")
+    if not callable(loss_fn):
+        raise ModelSpecError(f"{spec}(): item 4 (loss_fn) must be callable, e.g. torch.nn.CrossEntropyLoss(). {_USAGE}")
+    if not callable(make_opt):
+        raise ModelSpecError(f"{spec}(): item 5 must be a function params -> optimizer. {_USAGE}")
+    return Workload(model, inputs_t, targets, loss_fn, make_opt)
+
+
+def load_workload(spec: str, seed: int = 0) -> Workload:
+    """Seed, call the function named by ``spec`` and check what it returns."""
+    func = load_function(spec)
+    set_seed(seed)
+    try:
+        returned = func()
+    except Exception as exc:
+        raise ModelSpecError(f"{spec}() raised {type(exc).__name__}: {exc}") from exc
+    return check_workload(returned, spec.rsplit(":", 1)[-1])
+
+
+def _rebuild_optimizer(opt: torch.optim.Optimizer, kind: str) -> torch.optim.Optimizer:
+    """The same optimizer class and settings, with ``foreach=True`` or ``fused=True``."""
+    params = [p for group in opt.param_groups for p in group["params"]]
+    accepted = inspect.signature(type(opt).__init__).parameters
+    defaults = {k: v for k, v in opt.defaults.items() if k in accepted and k not in ("foreach", "fused")}
+    extra = {"fused": True} if kind == "fused" else {"foreach": True}
+    return type(opt)(params, **defaults, **extra)
+
+
+def _timed(fn: Callable[[], Any], device: torch.device) -> float:
+    devices.synchronize(device)
+    start = time.perf_counter()
+    fn()
+    devices.synchronize(device)
+    return time.perf_counter() - start
+
+
+def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_steps: int = 10,
+              repeats: int = 3, block_s: float = 0.25, seed: int = 0) -> dict[str, Any]:
+    """Train a fresh seeded copy of the model with ``levers`` and time it (in this process).
+
+    The first ``guard_steps`` steps are the warm-up (compilation happens there) and are timed
+    as one block; the loss of the last of them is the accuracy guard. Then ``repeats`` blocks
+    of steps, each long enough to last about ``block_s`` seconds, give the steady step time.
+    Returns a dict with ``ok`` and, when ok, ``step_ms`` (median), ``samples_ms``, ``warmup_s``,
+    ``first_loss`` and ``guard_loss``; when not ok, ``error``.
+    """
+    dev = devices.get_device(device)
+    if levers.get("threads"):
+        torch.set_num_threads(int(levers["threads"]))
+    work = load_workload(spec, seed)
+    k = int(levers.get("batch", 1))
+    inputs, targets = work.inputs, work.targets
+    if k > 1:
+        inputs = tuple(torch.cat([t] * k) for t in inputs)
+        targets = torch.cat([targets] * k)
+    model = work.model.to(dev)
+    inputs = tuple(t.to(dev) for t in inputs)
+    targets = targets.to(dev)
+    if levers.get("channels_last"):
+        model = model.to(memory_format=torch.channels_last)
+        inputs = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs)
+    model.train()
+    opt = work.make_optimizer(model.parameters())
+    if levers.get("optimizer"):
+        opt = _rebuild_optimizer(opt, levers["optimizer"])
+    dtype = AUTOCAST_DTYPES.get(levers.get("autocast", ""))
+    if levers.get("ipex"):
+        from . import ipex_support  # noqa: PLC0415
+
+        model, opt = ipex_support.optimize(model, opt, dtype=torch.bfloat16 if dtype == torch.bfloat16 else None)
+    step_model = model
+    if levers.get("compile"):
+        mode = levers["compile"]
+        step_model = torch.compile(model, mode=None if mode == "default" else mode)
+    scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 and dev.type == "cuda" else None
+    loss_fn = work.loss_fn
+
+    def step() -> torch.Tensor:
+        opt.zero_grad(set_to_none=True)
+        ctx = torch.autocast(dev.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        with ctx:
+            loss = loss_fn(step_model(*inputs), targets)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return loss
+
+    losses: list[float] = []
+
+    def warmup() -> None:
+        for i in range(guard_steps):
+            loss = step()
+            if i in (0, guard_steps - 1):
+                losses.append(float(loss.detach().float()))
+
+    warmup_s = _timed(warmup, dev)
+    if not all(math.isfinite(v) for v in losses):
+        return {"ok": False, "error": f"loss is not finite after {guard_steps} steps ({losses[-1]})",
+                "warmup_s": warmup_s}
+    one = max(_timed(step, dev), 1e-6)
+    n = max(1, min(1000, math.ceil(block_s / one)))
+
+    def block() -> None:
+        for _ in range(n):
+            step()
+
+    samples = [_timed(block, dev) / n * 1000 for _ in range(repeats)]
+    return {"ok": True, "step_ms": statistics.median(samples), "spread_ms": max(samples) - min(samples),
+            "samples_ms": samples, "steps_per_block": n, "warmup_s": warmup_s,
+            "first_loss": losses[0], "guard_loss": losses[-1], "batch_factor": k,
+            "batch_size": work.batch_size * k, "threads": torch.get_num_threads(),
+            "optimizer": type(work.make_optimizer([nn.Parameter(torch.zeros(1))])).__name__}
+
+
+def short_error(exc: BaseException) -> str:
+    """One line naming an exception (the first line of its message, cut to 300 characters)."""
+    exc = getattr(exc, "inner_exception", None) or exc  # torch.compile wraps the real reason
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
+
+
+def main() -> int:
+    """Child-process entry point: JSON request on stdin, one result line on stdout."""
+    request = json.loads(sys.stdin.read())
+    start = time.perf_counter()
+    try:
+        import warnings  # noqa: PLC0415
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            result = run_trial(request["model"], request.get("levers", {}), device=request.get("device", "cpu"),
+                               guard_steps=int(request.get("guard_steps", 10)),
+                               repeats=int(request.get("repeats", 3)),
+                               block_s=float(request.get("block_s", 0.25)), seed=int(request.get("seed", 0)))
+    except Exception as exc:  # a failing lever is a result, not a crash
+        result = {"ok": False, "error": short_error(exc), "trace": traceback.format_exc()[-2000:]}
+    result["child_s"] = time.perf_counter() - start
+    print(RESULT_MARK + json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

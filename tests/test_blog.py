@@ -1,0 +1,62 @@
+"""The Arc blog's workloads: exact architectures (parameter counts) and steps that train."""
+
+import pytest
+import torch
+
+from helpers import blog, models
+
+
+def test_sd21_unet_has_the_published_parameter_count():
+    unet = blog.sd21_unet(device="meta")  # no memory, no download
+    assert models.count_parameters(unet) == blog.SD21_UNET_PARAMETERS == 865_910_724
+
+
+def test_tiny_unet_step_runs_and_keeps_the_latent_shape():
+    unet = blog.sd21_unet(tiny=True)
+    step = blog.unet_step(unet, device="cpu", image_size=32, batch=2, text_tokens=5)
+    step()
+    out = unet(torch.zeros(1, 4, 4, 4), torch.tensor([1]), encoder_hidden_states=torch.zeros(1, 5, 64)).sample
+    assert out.shape == (1, 4, 4, 4)
+
+
+def test_unet_step_rejects_sizes_the_vae_cannot_make():
+    with pytest.raises(ValueError, match="multiple of 8"):
+        blog.unet_step(blog.sd21_unet(tiny=True), device="cpu", image_size=30)
+
+
+def test_transformer_net_is_the_fast_neural_style_network():
+    net = blog.transformer_net()
+    assert models.count_parameters(net) == 1_679_235
+    x = torch.rand(1, 3, 32, 32)
+    assert net(x).shape == x.shape
+    assert any(isinstance(m, torch.nn.ReflectionPad2d) for m in net.modules())
+    zero = blog.transformer_net("zero")
+    assert not any(isinstance(m, torch.nn.ReflectionPad2d) for m in zero.modules())
+    with pytest.raises(ValueError):
+        blog.transformer_net("mirror")
+
+
+def test_training_steps_lower_their_loss_on_a_fixed_batch():
+    step = blog.classification_step(device="cpu", batch=4, size=32, num_classes=3)
+    losses = [step() for _ in range(6)]
+    assert losses[-1] < losses[0]
+    style = blog.style_transfer_step(device="cpu", batch=1, size=32)
+    style_losses = [style() for _ in range(3)]
+    assert all(0 < v < float("inf") for v in style_losses)
+    assert len(set(style_losses)) == 3  # the transformer's weights moved between steps
+
+
+def test_estimated_total_counts_every_step_of_every_epoch():
+    run = blog.BlogTraining(train_steps_per_epoch=10, eval_steps_per_epoch=2, epochs=3)
+    assert run.estimated_total_s(0.5, 0.25) == pytest.approx(3 * (10 * 0.5 + 2 * 0.25))
+    assert blog.HAGRID.estimated_total_s(1.0) == 3 * 4_324
+    with pytest.raises(ValueError):
+        run.estimated_total_s(0.0)
+
+
+def test_vgg16_features_match_torchvision_up_to_relu4_3():
+    from torchvision.models import vgg16
+
+    ours, theirs = blog.vgg16_features(), vgg16(weights=None).features[:23]
+    assert [type(m) for m in ours] == [type(m) for m in theirs]
+    assert [tuple(p.shape) for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]

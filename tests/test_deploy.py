@@ -1,0 +1,177 @@
+"""helpers.deploy: export a tiny model, run it in every engine, check agreement and messages."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import deploy, models, results
+from helpers.checkpoints import save_checkpoint
+
+
+def tiny_spec() -> deploy.ModelSpec:
+    torch.manual_seed(0)
+    return deploy.ModelSpec("tiny", models.small_cnn(3, 10).eval(), (3, 16, 16), "tiny test CNN")
+
+
+def test_parse_size():
+    assert deploy.parse_size("64") == (64, 64)
+    assert deploy.parse_size("224x384") == (224, 384)
+    assert deploy.parse_size(32) == (32, 32)
+    for bad in ("0", "64x", "axb", "-3", "64x0"):
+        with pytest.raises(deploy.DeployError, match="HxW"):
+            deploy.parse_size(bad)
+
+
+def test_parse_engines():
+    assert deploy.parse_engines("eager, openvino:f32") == [("eager", None), ("openvino", "f32")]
+    with pytest.raises(deploy.DeployError, match="Unknown engine 'tensorrt'"):
+        deploy.parse_engines("eager,tensorrt")
+    with pytest.raises(deploy.DeployError, match="Unknown precision"):
+        deploy.parse_engines("openvino:int3")
+    with pytest.raises(deploy.DeployError, match="precision it was exported in"):
+        deploy.parse_engines("onnxruntime:bf16")
+    with pytest.raises(deploy.DeployError, match="No engine"):
+        deploy.parse_engines(" , ")
+
+
+def test_every_engine_agrees_with_eager():
+    found = deploy.compare(tiny_spec(), batch=4, engines="eager,onnxruntime,openvino:f32,openvino",
+                           device="cpu", repeats=2, warmup=1)
+    by = {r.name: r for r in found}
+    assert list(by) == ["eager", "onnxruntime", "openvino:f32", "openvino"]
+    assert by["eager"].max_abs_diff == 0 and by["eager"].export_s == 0
+    assert by["onnxruntime"].max_abs_diff < 1e-4 and by["onnxruntime"].top1_agreement == 1.0
+    assert by["openvino:f32"].precision == "f32" and by["openvino:f32"].max_abs_diff < 1e-4
+    import openvino as ov
+
+    default = deploy._ov_precision(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    assert by["openvino"].precision == default  # the plugin's own choice is reported, not assumed
+    assert by["openvino"].max_abs_diff < 0.1
+    for r in found:
+        assert r.batch == 4 and len(r.latencies) == 2 and len(r.warmup) == 1
+        assert r.throughput == pytest.approx(4 / np.median(r.latencies))
+        assert r.export_s > 0 or r.engine == "eager"
+    table = deploy.results_table(found, baseline="eager")
+    assert len(table) == 4 and table.rows[0][6] == pytest.approx(1.0)
+    assert "images/s" in table.columns
+
+
+def test_dynamic_batch_export(tmp_path):
+    spec = tiny_spec()
+    x = deploy.fixed_batch(spec.input_shape, 2)
+    path = tmp_path / "m.onnx"
+    deploy.export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=True)
+    run, precision = deploy.onnxruntime_runner(path, "CPUExecutionProvider")
+    assert precision == "f32" and run(deploy.fixed_batch(spec.input_shape, 5)).shape == (5, 10)
+    static = tmp_path / "s.onnx"
+    deploy.export_onnx(spec.model, torch.from_numpy(x), static)
+    run, _ = deploy.onnxruntime_runner(static, "CPUExecutionProvider")
+    with pytest.raises(Exception, match="(?i)dimension"):
+        run(deploy.fixed_batch(spec.input_shape, 5))
+
+
+def test_export_failure_names_the_operator(tmp_path):
+    class FFT(torch.nn.Module):
+        def forward(self, x):
+            return torch.fft.fft(x).real
+
+    with pytest.raises(deploy.DeployError, match="operator aten::fft_fft at opset 17"):
+        deploy.export_onnx(FFT(), torch.randn(1, 4), tmp_path / "f.onnx")
+    pool = torch.nn.AdaptiveAvgPool2d(3)  # 4x4 -> 3x3: supported by PyTorch, not by the exporter
+    with pytest.raises(deploy.DeployError, match="operator adaptive_avg_pool2d at opset 17"):
+        deploy.export_onnx(pool, torch.randn(1, 1, 4, 4), tmp_path / "p.onnx")
+
+
+def test_missing_engine_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # makes `import onnxruntime` fail
+    with pytest.raises(deploy.DeployError, match=r"pip install onnxruntime==1\.32\.0"):
+        deploy.onnxruntime_providers("cpu")
+
+
+def test_unsupported_device_is_named():
+    import onnxruntime as ort
+    import openvino as ov
+
+    if not any(d.startswith("GPU") for d in ov.Core().available_devices):
+        with pytest.raises(deploy.DeployError, match="OpenVINO sees no Intel GPU"):
+            deploy.openvino_devices("gpu")
+    assert deploy.openvino_devices("cpu") == ["CPU"] and deploy.openvino_devices("auto")[0] == "CPU"
+    if not set(deploy.GPU_PROVIDERS) & set(ort.get_available_providers()):
+        with pytest.raises(deploy.DeployError, match="no GPU execution provider"):
+            deploy.onnxruntime_providers("gpu")
+    with pytest.raises(deploy.DeployError, match="Unknown --device"):
+        deploy.compare(tiny_spec(), device="tpu")
+
+
+def test_build_model_shapes_labels_and_checkpoints(tmp_path):
+    book = deploy.build_model("book_cnn")
+    assert book.input_shape == (1, 28, 28) and "random weights" in book.label and not book.model.training
+    with pytest.raises(deploy.DeployError, match="28x28 images only"):
+        deploy.build_model("book_cnn", size=(32, 32))
+    blog = deploy.build_model("blog")
+    assert blog.input_shape == (3, 224, 384) and "STAND-IN" in blog.label
+    assert deploy.build_model("resnet18", size=(64, 48)).input_shape == (3, 64, 48)
+    with pytest.raises(deploy.DeployError, match="Unknown model"):
+        deploy.build_model("yolo9000")
+
+    trained = models.book_cnn("fashionmnist")
+    torch.nn.init.constant_(trained.fc2.bias, 0.5)
+    save_checkpoint(tmp_path / "ck.pt", {"model": trained.state_dict()})
+    loaded = deploy.build_model("book_cnn", checkpoint=tmp_path / "ck.pt")
+    assert "trained weights from ck.pt" in loaded.label
+    assert torch.equal(loaded.model.fc2.bias, trained.fc2.bias)
+    with pytest.raises(deploy.DeployError, match="does not fit this model"):
+        deploy.build_model("book_cnn_cifar10", checkpoint=tmp_path / "ck.pt")
+
+
+def test_agreement():
+    ref = np.array([[0.0, 1.0], [2.0, 0.0]], dtype=np.float32)
+    assert deploy.agreement(ref + 0.25, ref) == (0.25, 1.0)
+    assert deploy.agreement(ref[:, ::-1], ref) == (2.0, 0.0)
+    with pytest.raises(deploy.DeployError, match="shape"):
+        deploy.agreement(ref[:1], ref)
+
+
+def test_rows_and_cli(tmp_path, capsys):
+    rows_path = tmp_path / "rows.jsonl"
+    found = deploy.main(["--model", "book_cnn", "--batch", "2", "--engines", "eager,onnxruntime",
+                         "--repeats", "2", "--warmup", "0", "--rows", str(rows_path), "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert "onnxruntime" in out and "top-1 agree %" in out and "4 result rows" in out
+    rows = results.read_rows(rows_path)
+    assert {(r.variant, r.metric, r.unit) for r in rows} == {
+        ("eager", "throughput", "images/s"), ("onnxruntime", "throughput", "images/s"),
+        ("eager", "latency", "ms"), ("onnxruntime", "latency", "ms")}
+    assert all(r.chapter == "14" and r.experiment == "deploy_book_cnn_28x28_b2" for r in rows)
+    thr = {r.variant: r for r in rows if r.metric == "throughput"}
+    assert thr["eager"].ratio == pytest.approx(1.0) and not thr["eager"].lower_is_better
+    assert thr["onnxruntime"].extra["precision"] == "f32" and thr["onnxruntime"].extra["max_abs_diff"] < 1e-4
+    assert "loadavg_1min" in thr["eager"].extra
+    assert len(found) == 2
+
+
+def test_not_runnable_table_names_each_system():
+    table = deploy.not_runnable_table()
+    assert {"ONNX Runtime DirectML", "pytorch-directml", "dlprimitives OpenCL backend",
+            "TensorFlow 2 / Keras"} == set(table.column("system"))
+    assert all(why and how for why, how in zip(table.column("why not measured here"),
+                                               table.column("how to measure it there")))
+
+
+def test_import_stays_light():
+    code = "import helpers.deploy, sys; print(sorted(m for m in ('onnx', 'onnxruntime', 'openvino') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_busy_warning(monkeypatch):
+    monkeypatch.setattr(deploy.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(deploy.os, "getloadavg", lambda: (7.5, 1.0, 1.0))
+    assert "load average 7.5 on 2 logical cores" in deploy.busy_warning()
+    monkeypatch.setattr(deploy.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
+    assert deploy.busy_warning() == ""

@@ -1,0 +1,176 @@
+"""Launch helpers: command lines, the rank check, and run_job's output draining and clean stops."""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import psutil
+import pytest
+
+from helpers import launch as L
+from helpers import system
+from helpers.distributed import DistributedSetupError
+
+CORES = system.topology().physical_cores
+
+
+def test_torchrun_command_line():
+    cmd = L.torchrun_command(1, ["--epochs", "1"], nnodes=2, node_rank=1, master_port=1234, max_restarts=3)
+    assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--node-rank=1" in cmd and "--max-restarts=3" in cmd
+    assert "--nnodes=2" in cmd and "--nproc-per-node=1" in cmd and "--master-port=1234" in cmd
+    assert cmd[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
+
+
+def test_free_port_is_bindable():
+    port = L.free_port()
+    assert 1024 < port < 65536
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))
+
+
+def test_more_ranks_than_cores_is_refused_once_before_launch():
+    with pytest.raises(DistributedSetupError, match=f"this machine has {CORES} physical cores"):
+        L.check_ranks(CORES + 1)
+    with pytest.raises(DistributedSetupError, match="must be at least 1"):
+        L.check_ranks(0)
+    L.check_ranks(CORES)
+    L.check_ranks(CORES + 1, device="cuda")  # GPU ranks are not pinned to cores
+    with pytest.raises(DistributedSetupError, match=r"\(2 nodes x"):
+        L.check_ranks(CORES, nodes_per_host=2)
+    # the command builders check too: a 3-rank request on 2 cores never starts torchrun
+    with pytest.raises(DistributedSetupError, match="physical cores"):
+        L.torchrun_command(CORES + 1, ["--epochs", "1"])
+    L.torchrun_command(CORES + 1, ["--no-pin"])
+    L.torchrun_command(CORES + 1, ["--device", "cuda"])
+    L.torchrun_command(CORES + 1, ["--epochs", "1"], check=False)
+
+
+def test_mpirun_command(monkeypatch):
+    monkeypatch.setattr(L.shutil, "which", lambda name: None)
+    with pytest.raises(DistributedSetupError, match="apt-get install -y openmpi-bin"):
+        L.mpirun_command(2, [])
+    monkeypatch.setattr(L.shutil, "which", lambda name: "/usr/bin/mpirun")
+    cmd = L.mpirun_command(1, ["--epochs", "1"], master_port=4321)
+    assert cmd[0] == "/usr/bin/mpirun" and "--oversubscribe" in cmd and "MASTER_PORT=4321" in cmd
+    assert cmd[cmd.index("-np") + 1] == "1" and cmd[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
+    assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
+
+
+def test_sbatch_command():
+    assert L.sbatch_command(["--epochs", "5"]) == ["sbatch", str(L.SBATCH_SCRIPT), "--epochs", "5"]
+
+
+def test_first_error_and_rank_lines():
+    out = "noise\nerror: the real CIFAR-10 dataset is not in x\nTraceback...\nerror: second\n"
+    assert L.first_error(out) == "the real CIFAR-10 dataset is not in x"
+    assert L.first_error("all good") is None
+    merged = ("rank 1/2 (local 1, launcher torchrun, cpus [1]): all_reduce(rank+1) = 3"
+              "rank 0/2 (local 0, launcher torchrun, cpus [0]): all_reduce(rank+1) = 3\n")
+    lines = L.rank_lines(merged)
+    assert [ln.split()[1] for ln in lines] == ["0/2", "1/2"]
+
+
+def test_run_job_drains_two_chatty_processes(tmp_path):
+    """Two launchers that each write 2 MB to stdout and stderr: no pipe may fill up and block."""
+    chatty = [sys.executable, "-c", "import sys\nfor i in range(20000):\n"
+              "    sys.stdout.write('o' * 50 + '\\n'); sys.stderr.write('e' * 50 + '\\n')"]
+    job = L.run_job([chatty, chatty], timeout=60)
+    assert job.returncode == 0 and job.output.count("o" * 50) == 40000 and job.output.count("e" * 50) == 40000
+    assert job.summary is None and job.error is None
+
+
+def test_run_job_returns_first_failure_and_error_line():
+    ok = [sys.executable, "-c", "pass"]
+    bad = [sys.executable, "-c", "import sys; print('error: no data here', file=sys.stderr); sys.exit(2)"]
+    job = L.run_job([ok, bad], timeout=60)
+    assert job.returncode == 2 and job.error == "no data here"
+
+
+def _spawner(tmp_path):
+    """A 'launcher' that starts a grandchild in a session of its own (as torchrun does) and sleeps."""
+    script = tmp_path / "launcher.py"
+    script.write_text(textwrap.dedent(f"""\
+        import subprocess, sys, time
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+        open({str(tmp_path / 'child.pid')!r}, "w").write(str(child.pid))
+        time.sleep(120)
+        """))
+    return [sys.executable, str(script)]
+
+
+def _wait_for(path, seconds=30):
+    end = time.time() + seconds
+    while not path.exists() or not path.read_text():
+        assert time.time() < end, "the launcher did not start its child"
+        time.sleep(0.1)
+    return int(path.read_text())
+
+
+def test_timeout_stops_the_whole_job(tmp_path):
+    start = time.perf_counter()
+    with pytest.raises(DistributedSetupError, match="did not finish within 3 s"):
+        L.run_job([_spawner(tmp_path)], timeout=3)
+    assert time.perf_counter() - start < 30
+    child = _wait_for(tmp_path / "child.pid")
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_ctrl_c_stops_the_whole_job(tmp_path):
+    """SIGINT to the caller's process group (Ctrl-C in a terminal, or `make test`): run_job
+    stops the launcher and the rank it started in another session, then re-raises."""
+    driver = tmp_path / "driver.py"
+    driver.write_text(textwrap.dedent(f"""\
+        import sys
+        from helpers import launch
+        try:
+            launch.run_job([{_spawner(tmp_path)!r}], timeout=120)
+        except KeyboardInterrupt:
+            print("interrupted cleanly", flush=True)
+            sys.exit(130)
+        """))
+    proc = subprocess.Popen([sys.executable, str(driver)], stdout=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    child = _wait_for(tmp_path / "child.pid")
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted cleanly" in out
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+
+
+def test_stop_processes_of_finished_jobs_is_harmless():
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    proc.wait()
+    L.stop_processes([proc], grace=1)
+
+
+def test_run_job_retries_when_the_ranks_could_not_connect(tmp_path):
+    counter = tmp_path / "attempts"
+    flaky = [sys.executable, "-c", textwrap.dedent(f"""\
+        import pathlib, sys
+        p = pathlib.Path({str(counter)!r}); n = int(p.read_text()) if p.exists() else 0; p.write_text(str(n + 1))
+        if n == 0:
+            print("Gloo connectFullMesh failed with ... Connection refused"); sys.exit(1)
+        print("trained")
+        """)]
+    built = []
+    job = L.run_job(lambda: built.append(1) or [flaky], retries=1, timeout=60)
+    assert job.returncode == 0 and "trained" in job.output and len(built) == 2
+    counter.unlink()
+    job = L.run_job([flaky], timeout=60)  # no retries: the failure is returned as it is
+    assert job.returncode == 1 and L.join_failed(job)
+    bad = [sys.executable, "-c", "import sys; print('error: bad option'); sys.exit(2)"]
+    assert L.run_job([bad], retries=3, timeout=60).returncode == 2  # other failures are not retried
+
+
+def test_a_failed_node_does_not_leave_the_other_waiting(tmp_path):
+    """Node 1 dies at once; node 0 would wait for its rendezvous timeout: run_job stops it."""
+    dead = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    start = time.perf_counter()
+    job = L.run_job([_spawner(tmp_path), dead], timeout=120)
+    assert job.returncode == 3 and time.perf_counter() - start < 60
+    child = _wait_for(tmp_path / "child.pid")
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE

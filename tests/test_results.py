@@ -1,0 +1,151 @@
+import json
+
+import pytest
+
+from helpers import results
+from helpers.measure import Result
+
+FP = {"cpu_model": "Fake CPU", "physical_cores": 4, "bf16": {"avx2": True, "avx512": True, "native_bf16": False,
+                                                             "amx": False}, "versions": {"torch": "2.8.0"}}
+
+
+def rows():
+    out = results.make_rows("02", "batch", {"b32": [2.0, 2.2, 1.8], "b256": [1.0, 1.1, 0.9]}, metric="epoch_time",
+                            unit="s", baseline="b32", published={"b32": 10.0, "b256": 4.0}, published_source="book",
+                            fingerprint=FP, profile="smoke", data="standin")
+    out += results.make_rows("02", "batch", {"b32": [80.0], "b256": [70.0]}, metric="accuracy", unit="%",
+                             baseline="b32", lower_is_better=False, fingerprint=FP, profile="smoke", data="standin")
+    return out
+
+
+def test_make_rows_ratios_and_published():
+    r = {(x.variant, x.metric): x for x in rows()}
+    fast = r[("b256", "epoch_time")]
+    assert fast.median == 1.0 and fast.min == 0.9 and fast.max == 1.1 and fast.repeats == 3
+    assert fast.ratio == pytest.approx(2.0) and fast.published_ratio == pytest.approx(2.5)
+    assert fast.published_source == "book" and fast.version == results.SCHEMA_VERSION
+    assert r[("b256", "accuracy")].ratio == pytest.approx(70 / 80) and not r[("b256", "accuracy")].lower_is_better
+    assert fast.spread == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="baseline"):
+        results.make_rows("02", "x", {"a": [1.0]}, metric="t", unit="s", baseline="b", fingerprint=FP, profile="smoke",
+                          data="none")
+    with pytest.raises(ValueError, match="no measurements"):
+        results.make_rows("02", "x", {"a": []}, metric="t", unit="s", fingerprint=FP, profile="smoke", data="none")
+
+
+def test_rows_from_results_adds_quality_rows():
+    res = [Result("eager", [1.0, 1.2, 1.1], [3.0], {"accuracy": 81.0}), Result("compiled", [0.5, 0.6, 0.55], [30.0],
+                                                                              {"accuracy": 80.0})]
+    out = results.rows_from_results("03", "compile", res, baseline="eager", quality=[("accuracy", "%")],
+                                    fingerprint=FP, profile="smoke", data="standin")
+    assert [(r.variant, r.metric) for r in out] == [("eager", "epoch_time"), ("compiled", "epoch_time"),
+                                                    ("eager", "accuracy"), ("compiled", "accuracy")]
+    assert out[1].extra == {"warmup_median": 30.0} and out[1].ratio == pytest.approx(2.0)
+
+
+def test_default_context_has_private_machine_id(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    row = results.make_rows("01", "x", {"a": [1.0]}, metric="t", unit="s")[0]
+    assert row.profile == "smoke" and row.data == "standin" and row.versions.get("torch")
+    assert row.fingerprint["machine_id"] == results.machine_id()
+    assert (tmp_path / ".cache" / "accelerate-course" / "machine-salt").exists()
+
+
+def test_machine_id_is_stable_per_salt(tmp_path):
+    a = results.machine_id(tmp_path / "one")
+    assert a == results.machine_id(tmp_path / "one") and len(a) == 16
+    assert results.machine_id(tmp_path / "two") != a  # another salt, another id
+    (tmp_path / "three").mkdir()
+    (tmp_path / "three" / "machine-salt").write_text("fixed\n")
+    assert results.machine_id(tmp_path / "three") == results.machine_id(tmp_path / "three")
+
+
+def test_append_read_write_roundtrip(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "run"))
+    path = results.append_rows(rows()[:2])
+    results.append_rows(rows()[2:])
+    assert path == tmp_path / "run" / results.ROWS_FILE
+    back = results.read_rows(path)
+    assert [r.variant for r in back] == ["b32", "b256", "b32", "b256"] and back[1].ratio == pytest.approx(2.0)
+    results.write_rows(back[:1], tmp_path / "one.jsonl")
+    assert len(results.read_rows(tmp_path / "one.jsonl")) == 1
+
+
+def test_unknown_version_and_bad_lines(tmp_path):
+    d = json.loads(json.dumps(results.asdict(rows()[0])))
+    d["version"] = 99
+    (tmp_path / "v.jsonl").write_text(json.dumps(d) + "\n")
+    with pytest.raises(results.ResultsFormatError, match="version 99.*reads version 1"):
+        results.read_rows(tmp_path / "v.jsonl")
+    (tmp_path / "bad.jsonl").write_text("{not json\n")
+    with pytest.raises(results.ResultsFormatError, match="line 1 is not JSON"):
+        results.read_rows(tmp_path / "bad.jsonl")
+    with pytest.raises(results.ResultsFormatError, match="lacks"):
+        results.row_from_dict({"version": results.SCHEMA_VERSION, "chapter": "01"})
+
+
+def test_redact_removes_user_host_home_and_paths():
+    names = {"home": "/home/alice", "user": "alice", "host": "alice-laptop.lan", "host_short": "alice-laptop"}
+    text = "alice ran /home/alice/course/x.py on alice-laptop in /tmp/run, 256 images/s, ratio 1/2, ~/data"
+    red = results.redact_text(text, names)
+    for secret in ("alice", "/home", "/tmp", "~/data"):
+        assert secret not in red
+    assert "images/s" in red and "1/2" in red and "<user> ran <path>" in red and "<host>" in red
+    local = results.redact_text("/home/alice/.cache/x and /usr/lib/libjemalloc.so", names, all_paths=False)
+    assert local == "~/.cache/x and /usr/lib/libjemalloc.so"
+    nested = results.redact({"a": ["alice", ("/home/alice",)], "alice": 3}, names)
+    assert nested == {"a": ["<user>", ["<path>"]], "<user>": 3}
+    assert results.redact_text("malice and alices", names) == "malice and alices"  # whole words only
+
+
+def test_hardware_class_and_machine_key():
+    assert results.hardware_class(FP) == "CPU 4 cores, AVX-512"
+    assert results.isa_class({"bf16": {"amx": True}}) == "AMX"
+    assert results.isa_class({}) == "unknown ISA"
+    assert results.hardware_class({"accelerators": ["NVIDIA H100", "NVIDIA H100"]}) == "2x NVIDIA H100"
+    assert results.machine_key({"machine_id": "abc"}) == "abc"
+    assert results.machine_key(FP) == results.machine_key(dict(FP)) and results.machine_key(FP).startswith("hw-")
+
+
+def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path):
+    assert results.metric_label("epoch_time", "s") == "s per epoch"
+    assert results.metric_label("step_time", "ms") == "ms per step"
+    assert results.metric_label("compile_time", "s") == "s per run"
+    assert results.metric_label("throughput", "images/s") == "images/s"
+    r = rows()
+    t = results.rows_table(r[:2])
+    assert t.columns[1] == "epoch_time median (s per epoch)" and "min (s per epoch)" in t.columns
+    assert all("(" in c for c in t.columns[1:4] + t.columns[5:8])
+    acc = results.rows_table(r[2:])
+    assert acc.column("accuracy median (%)") == ["80.00 (stand-in)", "70.00 (stand-in)"]
+    assert "stand-in" in acc.note
+    with pytest.raises(ValueError, match="one metric"):
+        results.rows_table(r[1:3])
+    md = results.render_markdown(r)
+    assert md.count("### 02 / batch") == 2 and "(stand-in)" in md
+    csv_text = results.render_csv(r, tmp_path / "rows.csv")
+    lines = csv_text.splitlines()
+    assert lines[0].startswith("chapter,experiment,variant,metric,unit,median") and len(lines) == 5
+    assert (tmp_path / "rows.csv").read_bytes() == csv_text.encode() and "CPU 4 cores" in lines[1]
+
+
+def test_append_rows_from_parallel_processes_keeps_every_row(tmp_path):
+    import multiprocessing as mp
+
+    path = tmp_path / "rows.jsonl"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_append_many, args=(path, i)) for i in range(4)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(30)
+    rows = results.read_rows(path)
+    assert sorted(r.variant for r in rows) == sorted(f"p{i}-{k}" for i in range(4) for k in range(25))
+
+
+def _append_many(path, i):
+    for k in range(25):
+        row = results.make_rows("01", "x", {f"p{i}-{k}": [1.0]}, metric="t", unit="s",
+                                fingerprint={"versions": {}}, profile="smoke", data="none")
+        results.append_rows(row, path)
