@@ -35,6 +35,16 @@ def available_devices() -> list[str]:
     return [kind for kind in _PREFERENCE if is_available(kind)]
 
 
+def cuda_missing_reason() -> str:
+    """Why ``cuda`` is unusable here, worded for the PyTorch build that is installed."""
+    if torch.version.cuda is None:
+        return (f"this PyTorch ({torch.__version__}) is a CPU-only build: install a CUDA build "
+                "(see pytorch.org) on a machine with an NVIDIA GPU and its driver")
+    return (f"this PyTorch ({torch.__version__}) is built for CUDA {torch.version.cuda}, but it finds no NVIDIA GPU "
+            "(no GPU or driver here, or CUDA_VISIBLE_DEVICES hides them; `nvidia-smi` shows what the driver sees): "
+            "run on a GPU machine")
+
+
 def get_device(name: str | None = "auto") -> torch.device:
     """Return a ``torch.device`` for ``name`` ('auto', 'cpu', 'cuda', 'cuda:1', 'xpu', 'mps').
 
@@ -51,14 +61,13 @@ def get_device(name: str | None = "auto") -> torch.device:
         )
     if not is_available(kind):
         hints = {
-            "cuda": "install a CUDA build of PyTorch and an NVIDIA driver",
-            "xpu": "install PyTorch from the xpu wheel index and Intel's GPU driver (see chapter 12)",
-            "mps": "use an Apple-silicon Mac with a recent macOS",
+            "cuda": cuda_missing_reason(),
+            "xpu": "to use it, install PyTorch from the xpu wheel index and Intel's GPU driver (see chapter 12)",
+            "mps": "to use it, use an Apple-silicon Mac with a recent macOS",
         }
         raise DeviceError(
             f"Device {name!r} is not available on this machine "
-            f"(present: {', '.join(available_devices())}). To use it, {hints[kind]}; "
-            "or pick 'auto'."
+            f"(present: {', '.join(available_devices())}): {hints[kind]}; or pick 'auto'."
         )
     device = torch.device(name)
     if device.index is not None:

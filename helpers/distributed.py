@@ -143,15 +143,10 @@ def export_torch_env(info: RankInfo, env: dict[str, str] | None = None) -> dict[
 
 
 def cuda_missing_message() -> str:
-    """Why ``cuda`` cannot be used here, worded for the PyTorch build that is installed."""
-    import torch
+    """Why ``cuda`` cannot be used here, worded for the installed build, with the CPU fallback."""
+    from . import devices
 
-    if torch.version.cuda is None:
-        return (f"this PyTorch ({torch.__version__}) is a CPU-only build: install a CUDA build "
-                "(see pytorch.org) on a machine with an NVIDIA GPU, or train on --device cpu --backend gloo.")
-    return (f"this PyTorch ({torch.__version__}) is built for CUDA {torch.version.cuda}, but it finds no NVIDIA GPU "
-            "(no GPU or driver here, or CUDA_VISIBLE_DEVICES hides them; `nvidia-smi` shows what the driver sees). "
-            "Run on a GPU machine, or train on --device cpu --backend gloo.")
+    return devices.cuda_missing_reason() + ", or train on --device cpu --backend gloo."
 
 
 def choose_backend(device_type: str, requested: str = "auto") -> str:

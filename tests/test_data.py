@@ -152,3 +152,18 @@ def test_make_loader_validates():
         data.make_loader(ds, 0, train=True)
     with pytest.raises(ValueError, match="num_workers > 0"):
         data.make_loader(ds, 4, train=True, persistent_workers=True)
+
+
+@pytest.mark.parametrize("name", ["fashionmnist", "cifar10"])
+def test_standin_tensors_equal_torchvision_to_tensor(name, monkeypatch):
+    from torchvision.transforms import ToTensor
+
+    monkeypatch.setenv("COURSE_DATA", "standin")
+    fast = data.load_dataset(name, train=False, standin_length=3)        # no torchvision on this path
+    slow = data.StandInImages(name, train=False, length=3, transform=ToTensor())
+    for i in range(3):
+        (a, ya), (b, yb) = fast[i], slow[i]
+        assert a.dtype == b.dtype == torch.float32 and a.shape == b.shape and ya == yb
+        assert torch.equal(a, b)
+    assert data.array_to_tensor(np.zeros((2, 3), np.uint8)).shape == (1, 2, 3)
+    assert data.array_to_tensor(np.full((2, 3, 3), 255, np.uint8)).max() == 1.0

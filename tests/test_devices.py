@@ -38,3 +38,14 @@ def test_cpu_helpers():
     assert devices.grad_scaler_supported("cpu")
     assert devices.describe("cpu") == "cpu"
     assert devices.is_available("cpu") and not devices.is_available("abacus")
+
+
+def test_cuda_message_matches_the_installed_build(monkeypatch):
+    monkeypatch.setattr(devices, "is_available", lambda kind: kind == "cpu")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    with pytest.raises(devices.DeviceError, match="CPU-only build: install a CUDA build"):
+        devices.get_device("cuda")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    with pytest.raises(devices.DeviceError, match="built for CUDA 12.8, but it finds no NVIDIA GPU") as err:
+        devices.get_device("cuda")
+    assert "install a CUDA build" not in str(err.value)
