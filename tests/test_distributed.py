@@ -5,6 +5,7 @@ import ast
 import inspect
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -331,11 +332,20 @@ def test_bad_option_is_reported_once():
 
 # ----- real jobs ------------------------------------------------------------------------------
 
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    """One plain 2-rank torchrun job (checkpoint and final weights saved), shared by the tests below:
+    each real job costs several seconds of interpreter and torch start-up per process."""
+    folder = tmp_path_factory.mktemp("two_ranks")
+    out, ckpt, weights = folder / "job.json", folder / "ckpt.pt", folder / "weights.pt"
+    job = L.run_job([L.torchrun_command(2, TINY + ["--checkpoint", str(ckpt), "--save-weights", str(weights),
+                                                   "--out", str(out)])], out=out, timeout=180, env=JOB_ENV)
+    return job, out, ckpt, weights
+
+
 @needs_two_cores
-def test_torchrun_two_ranks_with_portable_checkpoint(tmp_path):
-    out, ckpt = tmp_path / "job.json", tmp_path / "ckpt.pt"
-    job = L.run_job([L.torchrun_command(2, TINY + ["--checkpoint", str(ckpt), "--out", str(out)])],
-                    out=out, timeout=180, env=JOB_ENV)
+def test_torchrun_two_ranks_with_portable_checkpoint(two_rank_run, tmp_path):
+    job, out, ckpt, _ = two_rank_run
     assert job.returncode == 0, job.output[-2000:]
     s = job.summary
     assert s["world_size"] == 2 and s["backend"] == "gloo" and s["launcher"] == "torchrun"
@@ -349,7 +359,9 @@ def test_torchrun_two_ranks_with_portable_checkpoint(tmp_path):
     assert state["epoch"] == 2 and state["step"] == 8 and len(state["data_wait"]) == 2
     assert state["optimizer"]["state"] and state["rng"]["cpu"].dtype == torch.uint8
 
-    # resuming for one more epoch: statistics continue where they stopped
+    # resuming for one more epoch (from a copy: the shared checkpoint stays as it was)
+    ckpt = shutil.copy(ckpt, tmp_path / "ckpt.pt")
+    out = tmp_path / "job.json"
     job = L.run_job([L.torchrun_command(2, [*TINY, "--epochs", "3", "--checkpoint", str(ckpt), "--out", str(out)])],
                     out=out, timeout=180, env=JOB_ENV)
     assert job.returncode == 0, job.output[-2000:]
@@ -379,10 +391,8 @@ def test_mpirun_two_ranks(tmp_path):
 
 
 @needs_two_cores
-def test_killed_rank_restarts_and_resumes_to_identical_weights(tmp_path):
-    ref_w, ref_out = tmp_path / "ref.pt", tmp_path / "ref.json"
-    ref = L.run_job([L.torchrun_command(2, TINY + ["--save-weights", str(ref_w), "--out", str(ref_out)])],
-                    out=ref_out, timeout=180, env=JOB_ENV)
+def test_killed_rank_restarts_and_resumes_to_identical_weights(two_rank_run, tmp_path):
+    ref, _, _, ref_w = two_rank_run  # the same training without a failure
     assert ref.returncode == 0, ref.output[-2000:]
 
     w, out, ckpt = tmp_path / "w.pt", tmp_path / "job.json", tmp_path / "ckpt.pt"
@@ -445,4 +455,4 @@ def test_measure_job_protocol(tmp_path):
                               tmp_path, timeout=180, env=JOB_ENV, epochs_as_samples=True)
     assert len(per_epoch.samples) == 2
     with pytest.raises(D.DistributedSetupError, match="failed"):
-        L.measure_job("bad", lambda out: [L.torchrun_command(1, ["--epochs", "x"])], tmp_path, env=JOB_ENV)
+        L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path, env=JOB_ENV)
