@@ -191,7 +191,7 @@ def join_failed(job: JobResult) -> bool:
 
 def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[str]]],
             out: str | Path | None = None, timeout: float = 300, env: Mapping[str, str] | None = None,
-            retries: int = 0) -> JobResult:
+            retries: int = 0, grace: float = 15.0) -> JobResult:
     """Start one or more launcher processes (e.g. two torchrun 'nodes'), wait, collect output.
 
     Each launcher runs in its own process group with stdout and stderr merged into one pipe,
@@ -200,16 +200,21 @@ def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[s
     ``retries``: start the job again (at most this often) when its ranks could not connect to
     each other -- on a busy shared machine gloo's connection set-up occasionally fails; pass
     ``commands`` as a function to build fresh command lines (a new port) for every attempt.
+    ``grace``: once one launcher has failed, seconds the others get to notice and exit on
+    their own before they are stopped (a node whose peer died would otherwise wait for its
+    rendezvous timeout).
     """
+    if grace < 0:
+        raise ValueError(f"grace must be >= 0 seconds, got {grace}")
     for attempt in range(retries + 1):
-        job = _run_once(commands() if callable(commands) else commands, out, timeout, env)
+        job = _run_once(commands() if callable(commands) else commands, out, timeout, env, grace)
         if not join_failed(job) or attempt == retries:
             return job
         print(f"(the ranks could not connect; starting the job again, attempt {attempt + 2})", flush=True)
     raise AssertionError("not reached")
 
 
-def _wait_all(procs: Sequence[subprocess.Popen], deadline: float, grace: float = 15.0) -> None:
+def _wait_all(procs: Sequence[subprocess.Popen], deadline: float, grace: float) -> None:
     """Wait for every launcher; once one has failed, give the others ``grace`` seconds to notice
     (a node whose peer died would otherwise wait for its rendezvous timeout), then stop them."""
     failed_at = None
@@ -226,7 +231,7 @@ def _wait_all(procs: Sequence[subprocess.Popen], deadline: float, grace: float =
 
 
 def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout: float,
-              env: Mapping[str, str] | None) -> JobResult:
+              env: Mapping[str, str] | None, grace: float) -> JobResult:
     child_env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     if out is not None and Path(out).exists():
         Path(out).unlink()
@@ -245,7 +250,7 @@ def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout
                                       daemon=True)
             reader.start()
             readers.append(reader)
-        _wait_all(procs, start + timeout)
+        _wait_all(procs, start + timeout, grace)
     except subprocess.TimeoutExpired:
         stop_processes(procs)
         for reader in readers:

@@ -20,6 +20,7 @@ repeated that many times, so gradients and loss stay those of the original batch
 from __future__ import annotations
 
 import contextlib
+import gc
 import importlib
 import importlib.util
 import inspect
@@ -267,4 +268,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_code = main()
+    # The process ends here: skip the exit-time garbage collection over torch's many objects (about
+    # 0.6 s per process on a 2-core machine, paid by every rank and every fresh variant process).
+    gc.freeze()
+    sys.exit(exit_code)

@@ -292,7 +292,7 @@ def test_entry_point_by_hand_without_master_fails_clearly():
 def test_unreachable_rendezvous_times_out_with_a_message():
     env = {**os.environ, **JOB_ENV, "RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1",
            "MASTER_PORT": str(L.free_port())}
-    proc = subprocess.run([sys.executable, "-m", "helpers.distributed", "--timeout", "5", "--no-pin"], env=env,
+    proc = subprocess.run([sys.executable, "-m", "helpers.distributed", "--timeout", "2", "--no-pin"], env=env,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     assert "error: rank 1 could not join the job" in proc.stderr  # a local problem: this rank says so itself
@@ -445,14 +445,33 @@ def test_sbatch_script_runs_the_entry_point(tmp_path):
     assert "cpus [1]" in proc.stdout
 
 
-@needs_two_cores
+def _fake_job(out, epoch_times, accuracy=50.0, steps=16, world_size=1, global_batch=32):
+    """A launcher stand-in that writes the summary the entry point writes (measure_job's bookkeeping
+    is under test here; real torchrun jobs run in the other tests of this file and in chapters 09/10)."""
+    summary = {"epoch_times": epoch_times, "accuracy": accuracy, "steps": steps, "world_size": world_size,
+               "global_batch": global_batch}
+    return [[sys.executable, "-c", "import json, sys; open(sys.argv[1], 'w').write(sys.argv[2]); print('done')",
+             str(out), json.dumps(summary)]]
+
+
 def test_measure_job_protocol(tmp_path):
-    res = L.measure_job("one", lambda out: [L.torchrun_command(1, TINY + ["--out", str(out)])], tmp_path,
-                        repeats=1, timeout=180, env=JOB_ENV)
-    assert res.name == "one" and len(res.samples) == 1 and len(res.warmup) == 1
-    assert res.metrics["world_size"] == 1 and res.metrics["steps"] == 2 * 8
-    per_epoch = L.measure_job("e", lambda out: [L.torchrun_command(1, [*TINY, "--epochs", "3", "--out", str(out)])],
-                              tmp_path, timeout=180, env=JOB_ENV, epochs_as_samples=True)
-    assert len(per_epoch.samples) == 2
+    calls = []
+
+    def one(out):
+        calls.append(out)
+        return _fake_job(out, [9.0, 2.0 + len(calls), 7.0], accuracy=40.0 + len(calls), steps=24)
+
+    res = L.measure_job("one", one, tmp_path, repeats=2, timeout=60)
+    assert len(calls) == 2 and res.name == "one"
+    assert res.warmup == [9.0, 9.0]                      # each run's first epoch, kept apart
+    assert res.samples == [5.0, 5.5]                     # one sample per run: the median of its other epochs
+    assert res.metrics == {"accuracy": 41.5, "steps": 24.0, "world_size": 1.0, "global_batch": 32.0}
+    assert "done" in res.settings["last_output"] and res.settings["summary"]["steps"] == 24
+    per_epoch = L.measure_job("e", lambda out: _fake_job(out, [9.0, 3.0, 4.0], world_size=2, global_batch=64),
+                              tmp_path, epochs_as_samples=True)
+    assert per_epoch.samples == [3.0, 4.0] and per_epoch.warmup == [9.0]
+    assert per_epoch.metrics["world_size"] == 2 and per_epoch.metrics["global_batch"] == 64
+    with pytest.raises(D.DistributedSetupError, match="--epochs >= 2"):
+        L.measure_job("short", lambda out: _fake_job(out, [9.0]), tmp_path)
     with pytest.raises(D.DistributedSetupError, match="failed"):
         L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path, env=JOB_ENV)

@@ -170,7 +170,9 @@ def test_a_failed_node_does_not_leave_the_other_waiting(tmp_path):
     """Node 1 dies at once; node 0 would wait for its rendezvous timeout: run_job stops it."""
     dead = [sys.executable, "-c", "import sys; sys.exit(3)"]
     start = time.perf_counter()
-    job = L.run_job([_spawner(tmp_path), dead], timeout=120)
-    assert job.returncode == 3 and time.perf_counter() - start < 60
+    job = L.run_job([_spawner(tmp_path), dead], timeout=120, grace=3)
+    assert job.returncode == 3 and time.perf_counter() - start < 30   # the grace, not the 120 s timeout
     child = _wait_for(tmp_path / "child.pid")
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    with pytest.raises(ValueError, match="grace must be >= 0"):
+        L.run_job([dead], grace=-1)

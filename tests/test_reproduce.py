@@ -110,16 +110,18 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
 
     nbs = make_notebooks(tmp_path / "nbs")
     slow = nbformat.read(nbs / "02_beta.ipynb", as_version=4)
-    slow.cells.append(nbformat.v4.new_code_cell("import time; print('started', flush=True); time.sleep(60)"))
+    started = tmp_path / "started"
+    slow.cells.append(nbformat.v4.new_code_cell(f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); "
+                                                "time.sleep(60)"))
     nbformat.write(slow, nbs / "02_beta.ipynb")
     code = ("import sys; from pathlib import Path; from helpers import reproduce; "
             f"reproduce.run('smoke', root=Path(sys.argv[1]), notebooks=Path({str(nbs)!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "r")], stdout=subprocess.PIPE, text=True,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
-    while time.time() < deadline and not any((tmp_path / "r").glob("*/logs/02_beta.log")):
-        time.sleep(0.2)
-    time.sleep(3)  # the second chapter's kernel is running its cells
+    while time.time() < deadline and not started.exists():  # the second chapter's kernel is in its last cell
+        time.sleep(0.1)
+    assert started.exists(), "the second chapter never reached its slow cell"
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "interrupted during 02_beta" in out, out
