@@ -103,6 +103,7 @@ def test_failure_reason_is_one_clean_line():
 
 
 def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
+    import os
     import signal
     import subprocess
     import sys
@@ -117,12 +118,12 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
     code = ("import sys; from pathlib import Path; from helpers import reproduce; "
             f"reproduce.run('smoke', root=Path(sys.argv[1]), notebooks=Path({str(nbs)!r}))")
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "r")], stdout=subprocess.PIPE, text=True,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not started.exists():  # the second chapter's kernel is in its last cell
         time.sleep(0.1)
     assert started.exists(), "the second chapter never reached its slow cell"
-    proc.send_signal(signal.SIGINT)
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode != 0 and "interrupted during 02_beta" in out, out
     run = next((tmp_path / "r").iterdir())
