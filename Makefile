@@ -64,7 +64,10 @@ lab: setup
 # Student copies have no outputs: nbval only checks that they run.
 # Rows that notebooks record during the test go to their own folder, emptied at the start.
 TEST_RESULTS := $(CURDIR)/results/make-test
-SMOKE := COURSE_PROFILE=smoke COURSE_DATA=standin TQDM_DISABLE=1 COURSE_RESULTS="$(TEST_RESULTS)"
+# TORCHINDUCTOR_COMPILE_THREADS=1: Inductor compiles the smoke size's small graphs in-process instead of
+# first starting a pool of compile workers (each imports torch: seconds of CPU per compiling process).
+SMOKE := COURSE_PROFILE=smoke COURSE_DATA=standin TQDM_DISABLE=1 COURSE_RESULTS="$(TEST_RESULTS)" \
+	TORCHINDUCTOR_COMPILE_THREADS=1
 NBVAL := --nbval-lax --nbval-current-env --nbval-cell-timeout=300
 PYTEST := "$(BIN)/python" -m pytest -p no:cacheprovider
 TEST_JOBS ?= 2

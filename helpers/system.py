@@ -361,3 +361,18 @@ def openmp_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 
                 break
     return {"served_by": "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown",
             "intel_initialised": intel, "gnu_loaded": gnu, "settings": settings}
+
+
+def openmp_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: float = 120) -> dict[str, dict[str, object]]:
+    """``openmp_in_fresh_process`` for each of ``envs`` (name -> variables), keyed the same way.
+
+    A probe only reads which runtime answered and with which settings -- it times nothing --
+    so the processes run side by side, one per logical CPU.
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    if not envs:
+        return {}
+    with ThreadPoolExecutor(max_workers=max(1, min(len(envs), os.cpu_count() or 1))) as pool:
+        futures = {name: pool.submit(openmp_in_fresh_process, env, timeout) for name, env in envs.items()}
+        return {name: future.result() for name, future in futures.items()}

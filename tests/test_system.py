@@ -148,9 +148,13 @@ def test_build_versions_parse_torchs_config_text():
 
 
 def test_openmp_in_fresh_process_default_is_gnu():
-    probe = system.openmp_in_fresh_process({"OMP_NUM_THREADS": "1"})
-    assert probe["served_by"] == "GNU OpenMP (libgomp)" and not probe["intel_initialised"]
-    assert probe["settings"]["OMP_NUM_THREADS"] == "1"
+    probes = system.openmp_in_fresh_processes({"two": {"OMP_NUM_THREADS": "2"}, "one": {"OMP_NUM_THREADS": "1"}})
+    assert list(probes) == ["two", "one"]  # keyed and ordered like the request, whatever finished first
+    for name, threads in (("two", "2"), ("one", "1")):
+        probe = probes[name]
+        assert probe["served_by"] == "GNU OpenMP (libgomp)" and not probe["intel_initialised"]
+        assert probe["settings"]["OMP_NUM_THREADS"] == threads  # each process got its own variables
+    assert system.openmp_in_fresh_processes({}) == {}
 
 
 @pytest.mark.skipif(system.intel_openmp_library() is None, reason="intel-openmp is not installed (Linux x86-64 only)")
@@ -164,3 +168,5 @@ def test_openmp_in_fresh_process_reports_failures(monkeypatch):
     monkeypatch.setattr(system, "_PROBE", "raise SystemExit(3)")
     with pytest.raises(RuntimeError, match="exit 3"):
         system.openmp_in_fresh_process()
+    with pytest.raises(RuntimeError, match="exit 3"):
+        system.openmp_in_fresh_processes({"a": None, "b": {"OMP_NUM_THREADS": "1"}})
