@@ -44,6 +44,11 @@ BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "xccl", "ccl", "mpi")
 SBATCH_SCRIPT = Path(__file__).resolve().parent / "launchers" / "ddp.sbatch"
 CHECKPOINT_FORMAT = 2
 EXIT_SETUP_ERROR = 2
+# On a user error every rank stops, but only rank 0 prints the message. torchrun stops all workers
+# as soon as one exits with an error, so the other ranks wait this long first: otherwise a rank
+# that got there sooner (rank 0 still importing torch, or still trying a download) would take the
+# message down.
+ERROR_LINGER_S = 15.0  # free when rank 0 is on time: torchrun stops the others once it exits
 
 
 class DistributedSetupError(RuntimeError):
@@ -631,6 +636,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
         else:
             print(f"rank {info.rank}: stopped ({type(exc).__name__}; rank 0 prints the message)",
                   file=sys.stderr, flush=True)
+            time.sleep(ERROR_LINGER_S)
         sys.exit(EXIT_SETUP_ERROR)
 
 
