@@ -66,6 +66,9 @@ lab: setup
 TEST_RESULTS := $(CURDIR)/results/make-test
 # TORCHINDUCTOR_COMPILE_THREADS=1: Inductor compiles the smoke size's small graphs in-process instead of
 # first starting a pool of compile workers (each imports torch: seconds of CPU per compiling process).
+# OMP_WAIT_POLICY=PASSIVE, parallel phase only: there the workers and their torchrun ranks share the
+# two cores, and an OpenMP thread that spins while it waits burns a core another test needs (the
+# serial chapters keep the default: they measure OpenMP settings).
 SMOKE := COURSE_PROFILE=smoke COURSE_DATA=standin TQDM_DISABLE=1 COURSE_RESULTS="$(TEST_RESULTS)" \
 	TORCHINDUCTOR_COMPILE_THREADS=1
 NBVAL := --nbval-lax --nbval-current-env --nbval-cell-timeout=300
@@ -79,7 +82,7 @@ TEST_PARALLEL_NB = $(filter-out $(TEST_SERIAL_NB),$(TEST_CHAPTERS))
 test: setup student
 	@echo "make test runs at COURSE_PROFILE=smoke COURSE_DATA=standin (forced; your COURSE_PROFILE is ignored here)"
 	@rm -rf "$(TEST_RESULTS)"
-	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB) $(TEST_PARALLEL_NB:notebooks/%=notebooks/student/%) tests $(NBVAL)
+	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB) $(TEST_PARALLEL_NB:notebooks/%=notebooks/student/%) tests $(NBVAL)
 	$(SMOKE) $(PYTEST) $(TEST_SERIAL_NB) $(TEST_SERIAL_NB:notebooks/%=notebooks/student/%) $(NBVAL)
 
 # Student copies: no outputs, solution cells emptied (git-ignored, regenerated every time).

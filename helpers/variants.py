@@ -3,7 +3,9 @@
 ``run_variant`` trains a fresh, identically seeded model per repeat, keeps the first epoch
 apart as warm-up and reports the median of the rest with accuracy beside it;
 ``run_in_fresh_process`` does the same in a new Python process (``python -m
-helpers.variants``), for settings such as OpenMP's that are read only at start-up;
+helpers.variants``), for settings such as OpenMP's that are read only at start-up, and
+``run_in_fresh_processes`` runs several such variants one after another, their start-ups
+side by side;
 ``overhead_vs_bare_loop`` checks what the training helper itself costs.
 """
 
@@ -16,6 +18,8 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from dataclasses import asdict
 from typing import Any, Callable, Iterable
@@ -133,6 +137,15 @@ def _variant_from_args(args: argparse.Namespace) -> dict[str, Any]:
     test_ds = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
     train_loader = data.make_loader(train_ds, args.batch_size, train=True, seed=args.seed)
     test_loader = data.make_loader(test_ds, 256, train=False)
+    ready = time.time()
+    if args.wait_for_go:
+        # torch.optim loads its compiler hooks on the first optimizer call (about a second): do that
+        # now, while the other variants start too, then wait until the parent says it is our turn.
+        torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()
+        print(READY, flush=True)
+        if sys.stdin.readline().strip() != GO:
+            raise SystemExit("stopped before training (the parent did not say go)")
+    started = time.time()
     res = run_variant(
         args.name, lambda: models.book_cnn(args.dataset, bias=not args.no_bias), train_loader, test_loader,
         epochs=args.epochs, repeats=args.repeats, seed=args.seed, progress=False,
@@ -143,6 +156,8 @@ def _variant_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "openmp": system.openmp_runtimes(),
         "standin": data.is_standin(train_ds),
+        "ready": ready,  # wall clock: start-up done (imports, data)
+        "trained": [started, time.time()],  # wall clock: when this process trained (and evaluated)
     }
 
 
@@ -165,16 +180,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave to OpenMP)")
     p.add_argument("--no-bias", action="store_true")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--wait-for-go", action="store_true",
+                   help=f"start up, print {READY!r}, then train only after reading {GO!r} on stdin")
     return p
 
 
-def run_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 3600, **options: Any) -> dict[str, Any]:
-    """Run one variant via ``python -m helpers.variants`` in a new process with ``env`` added.
+READY, GO = "variant-ready", "go"   # the start-up handshake of ``run_in_fresh_processes``
 
-    ``options`` are the command-line options with underscores (``epochs=2``,
-    ``batch_size=64``, ``train_size=2000`` ...). Returns the child's JSON: the Result as a
-    dict, its torch thread count and the OpenMP runtimes it had loaded.
-    """
+
+def _fresh_argv(options: dict[str, Any]) -> list[str]:
     argv = [sys.executable, "-m", "helpers.variants"]
     for key, value in options.items():
         if key not in FRESH_PROCESS_OPTIONS:
@@ -184,14 +198,98 @@ def run_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 360
                 argv.append("--" + key.replace("_", "-"))
         elif value is not None:
             argv += ["--" + key.replace("_", "-"), str(value)]
+    return argv
+
+
+def _failed(code: int | None, stderr: str) -> RuntimeError:
+    tail = "\n".join(stderr.strip().splitlines()[-5:])
+    return RuntimeError(f"the training process failed (exit {code}):\n{tail}")
+
+
+def run_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 3600, **options: Any) -> dict[str, Any]:
+    """Run one variant via ``python -m helpers.variants`` in a new process with ``env`` added.
+
+    ``options`` are the command-line options with underscores (``epochs=2``,
+    ``batch_size=64``, ``train_size=2000`` ...). Returns the child's JSON: the Result as a
+    dict, its torch thread count and the OpenMP runtimes it had loaded.
+    """
+    argv = _fresh_argv(options)
     child_env = {**os.environ, **(env or {}), "TQDM_DISABLE": "1"}
     proc = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout)
     if proc.returncode != 0:
-        tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
-        raise RuntimeError(f"the training process failed (exit {proc.returncode}):\n{tail}")
+        raise _failed(proc.returncode, proc.stderr)
     payload = json.loads(proc.stdout.strip().splitlines()[-1])
     payload["stderr"] = proc.stderr
     return payload
+
+
+def run_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: float = 3600,
+                           **options: Any) -> dict[str, dict[str, Any]]:
+    """One fresh process per variant (``{name: env}``), trained one after another.
+
+    Like calling ``run_in_fresh_process(env, name=name, **options)`` for each variant in turn,
+    with the same payloads, only sooner: all processes start at once and import PyTorch and
+    build their data side by side (none of that is timed), then each waits until the one before
+    it has finished training and evaluating. No training ever runs beside another one.
+    """
+    if "name" in options:
+        raise ValueError("the variants are named by the keys of envs, not by a name option")
+    argvs = {name: _fresh_argv({"name": name, **options}) + ["--wait-for-go"] for name in envs}
+    procs: dict[str, subprocess.Popen[str]] = {}
+    logs = {name: tempfile.TemporaryFile("w+") for name in envs}
+    deadline = time.monotonic() + timeout
+    try:
+        for name, env in envs.items():
+            procs[name] = subprocess.Popen(argvs[name], env={**os.environ, **(env or {}), "TQDM_DISABLE": "1"},
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[name],
+                                           text=True)
+        for name, proc in procs.items():  # every process has started up before the first one trains
+            if not _wait_for_line(proc, READY, deadline):
+                proc.kill()
+                proc.wait()
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(f"variant {name!r}: its process did not start within {timeout} s")
+                raise _failed(proc.returncode, _read(logs[name]))
+        payloads = {}
+        for name, proc in procs.items():
+            assert proc.stdin is not None and proc.stdout is not None
+            proc.stdin.write(GO + "\n")
+            proc.stdin.close()
+            timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)
+            timer.start()
+            try:
+                out = proc.stdout.read()
+                code = proc.wait()
+            finally:
+                timer.cancel()
+            if code != 0 or not out.strip():
+                raise _failed(code, _read(logs[name]))
+            payloads[name] = json.loads(out.strip().splitlines()[-1])
+            payloads[name]["stderr"] = _read(logs[name])
+        return payloads
+    finally:
+        for proc in procs.values():  # an error or Ctrl-C: nobody is left waiting
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        for log in logs.values():
+            log.close()
+
+
+def _wait_for_line(proc: subprocess.Popen[str], line: str, deadline: float) -> bool:
+    """Read the process's stdout until ``line`` (True), or its end (False); killed at ``deadline``."""
+    assert proc.stdout is not None
+    timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)
+    timer.start()
+    try:
+        return any(got.strip() == line for got in iter(proc.stdout.readline, ""))
+    finally:
+        timer.cancel()
+
+
+def _read(log: Any) -> str:
+    log.seek(0)
+    return log.read()
 
 
 def result_from_payload(payload: dict[str, Any]) -> Result:

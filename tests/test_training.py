@@ -200,6 +200,24 @@ def test_run_in_fresh_process_applies_environment():
         variants.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, epochs=2, train_size=8, test_size=8)
 
 
+def test_run_in_fresh_processes_start_together_and_train_one_at_a_time():
+    standin = {"COURSE_DATA": "standin"}
+    payloads = variants.run_in_fresh_processes(
+        {"one": {**standin, "OMP_NUM_THREADS": "1"}, "two": {**standin, "OMP_NUM_THREADS": "2"}},
+        epochs=2, train_size=64, test_size=32, batch_size=32)
+    assert list(payloads) == ["one", "two"]
+    assert [p["torch_threads"] for p in payloads.values()] == [1, 2]  # each process got its own environment
+    assert [variants.result_from_payload(p).name for p in payloads.values()] == ["one", "two"]
+    one, two = payloads["one"], payloads["two"]
+    assert two["ready"] < one["trained"][0]  # the second had started up before the first trained...
+    assert one["trained"][1] <= two["trained"][0]  # ...and trained only after the first had finished
+    with pytest.raises(ValueError, match="named by the keys"):
+        variants.run_in_fresh_processes({"a": None}, name="x")
+    with pytest.raises(RuntimeError, match="failed"):
+        variants.run_in_fresh_processes({"bad": {"COURSE_PROFILE": "bogus"}, "ok": standin}, epochs=2,
+                                        train_size=8, test_size=8)
+
+
 def test_data_wait_measures_a_slow_loader():
     import time
 
