@@ -201,26 +201,20 @@ def _fresh_argv(options: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _failed(code: int | None, stderr: str) -> RuntimeError:
+def _failed(name: str, code: int | None, stderr: str) -> RuntimeError:
     tail = "\n".join(stderr.strip().splitlines()[-5:])
-    return RuntimeError(f"the training process failed (exit {code}):\n{tail}")
+    return RuntimeError(f"variant {name!r}: the training process failed (exit {code}):\n{tail}")
 
 
 def run_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 3600, **options: Any) -> dict[str, Any]:
     """Run one variant via ``python -m helpers.variants`` in a new process with ``env`` added.
 
-    ``options`` are the command-line options with underscores (``epochs=2``,
+    ``options`` are the command-line options with underscores (``name="x"``, ``epochs=2``,
     ``batch_size=64``, ``train_size=2000`` ...). Returns the child's JSON: the Result as a
     dict, its torch thread count and the OpenMP runtimes it had loaded.
     """
-    argv = _fresh_argv(options)
-    child_env = {**os.environ, **(env or {}), "TQDM_DISABLE": "1"}
-    proc = subprocess.run(argv, env=child_env, capture_output=True, text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise _failed(proc.returncode, proc.stderr)
-    payload = json.loads(proc.stdout.strip().splitlines()[-1])
-    payload["stderr"] = proc.stderr
-    return payload
+    name = str(options.pop("name", "variant"))
+    return run_in_fresh_processes({name: env}, timeout=timeout, **options)[name]
 
 
 def run_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: float = 3600,
@@ -249,7 +243,7 @@ def run_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: floa
                 proc.wait()
                 if time.monotonic() >= deadline:
                     raise RuntimeError(f"variant {name!r}: its process did not start within {timeout} s")
-                raise _failed(proc.returncode, _read(logs[name]))
+                raise _failed(name, proc.returncode, _read(logs[name]))
         payloads = {}
         for name, proc in procs.items():
             assert proc.stdin is not None and proc.stdout is not None
@@ -263,7 +257,7 @@ def run_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: floa
             finally:
                 timer.cancel()
             if code != 0 or not out.strip():
-                raise _failed(code, _read(logs[name]))
+                raise _failed(name, code, _read(logs[name]))
             payloads[name] = json.loads(out.strip().splitlines()[-1])
             payloads[name]["stderr"] = _read(logs[name])
         return payloads

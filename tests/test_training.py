@@ -187,17 +187,20 @@ def test_overhead_vs_bare_loop_times_both_loops_and_catches_overhead(monkeypatch
     assert slow == pytest.approx({"bare_s": per_run, "helper_s": per_run + 0.5, "ratio": (per_run + 0.5) / per_run})
 
 
-def test_run_in_fresh_process_applies_environment():
-    payload = variants.run_in_fresh_process(
-        {"OMP_NUM_THREADS": "1", "COURSE_DATA": "standin"}, name="child", epochs=2, train_size=64,
-        test_size=32, batch_size=32)
-    res = variants.result_from_payload(payload)
-    assert payload["torch_threads"] == 1 and payload["standin"] is True
-    assert res.name == "child" and len(res.samples) == 1 and 0 <= res.metrics["accuracy"] <= 100
-    with pytest.raises(ValueError, match="unknown option"):
+def test_run_in_fresh_process_is_one_named_variant(monkeypatch):
+    seen = {}
+
+    def fake(envs, timeout=3600, **options):
+        seen.update(envs=envs, timeout=timeout, options=options)
+        return {name: {"payload of": name} for name in envs}
+
+    monkeypatch.setattr(variants, "run_in_fresh_processes", fake)
+    assert variants.run_in_fresh_process({"OMP_NUM_THREADS": "1"}, name="child", epochs=2) == {"payload of": "child"}
+    assert seen == {"envs": {"child": {"OMP_NUM_THREADS": "1"}}, "timeout": 3600, "options": {"epochs": 2}}
+    assert variants.run_in_fresh_process(epochs=2) == {"payload of": "variant"}
+    monkeypatch.undo()
+    with pytest.raises(ValueError, match="unknown option"):  # checked before any process starts
         variants.run_in_fresh_process(epochz=2)
-    with pytest.raises(RuntimeError, match="failed"):
-        variants.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, epochs=2, train_size=8, test_size=8)
 
 
 def test_run_in_fresh_processes_start_together_and_train_one_at_a_time():
@@ -207,13 +210,18 @@ def test_run_in_fresh_processes_start_together_and_train_one_at_a_time():
         epochs=2, train_size=64, test_size=32, batch_size=32)
     assert list(payloads) == ["one", "two"]
     assert [p["torch_threads"] for p in payloads.values()] == [1, 2]  # each process got its own environment
-    assert [variants.result_from_payload(p).name for p in payloads.values()] == ["one", "two"]
+    assert all(p["standin"] is True for p in payloads.values())
+    results = [variants.result_from_payload(p) for p in payloads.values()]
+    assert [r.name for r in results] == ["one", "two"]
+    assert all(len(r.samples) == 1 and len(r.warmup) == 1 and 0 <= r.metrics["accuracy"] <= 100 for r in results)
     one, two = payloads["one"], payloads["two"]
     assert two["ready"] < one["trained"][0]  # the second had started up before the first trained...
     assert one["trained"][1] <= two["trained"][0]  # ...and trained only after the first had finished
     with pytest.raises(ValueError, match="named by the keys"):
         variants.run_in_fresh_processes({"a": None}, name="x")
-    with pytest.raises(RuntimeError, match="failed"):
+    with pytest.raises(RuntimeError, match="did not start within 0.01 s"):  # killed, nobody left waiting
+        variants.run_in_fresh_processes({"slow": standin}, timeout=0.01, epochs=2)
+    with pytest.raises(RuntimeError, match="variant .bad.: the training process failed"):
         variants.run_in_fresh_processes({"bad": {"COURSE_PROFILE": "bogus"}, "ok": standin}, epochs=2,
                                         train_size=8, test_size=8)
 
