@@ -329,8 +329,9 @@ def rank_cpus(local_rank: int, local_world_size: int, topo: Topology | None = No
     return [cpu for group in mine for cpu in group]
 
 
-# (gc.freeze: the probe ends right after; skip the exit-time collection over torch's objects)
-_PROBE = "import gc, torch; x = torch.ones(512, 512); [torch.relu(x @ x).sum() for _ in range(3)]; gc.freeze()"
+# (helpers.startup: import torch without the collector's rescans, skip its exit-time collection)
+_PROBE = ("from helpers.startup import import_frozen, exit_without_collection; import_frozen('torch'); import torch; "
+          "x = torch.ones(512, 512); [torch.relu(x @ x).sum() for _ in range(3)]; exit_without_collection()")
 
 
 def openmp_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 120) -> dict[str, object]:

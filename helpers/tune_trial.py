@@ -20,7 +20,6 @@ repeated that many times, so gradients and loss stay those of the original batch
 from __future__ import annotations
 
 import contextlib
-import gc
 import importlib
 import importlib.util
 import inspect
@@ -34,8 +33,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-from torch import nn
+if __name__ == "__main__":  # a trial's own process (python -m helpers.tune_trial), not an import
+    from .startup import import_frozen
+
+    import_frozen("torch")  # starts sooner (see helpers.startup)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 from . import devices
 from .seeds import set_seed
@@ -268,7 +272,8 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from .startup import exit_without_collection
+
     exit_code = main()
-    # skip the exit-time garbage collection (as helpers/distributed.py's entry point does)
-    gc.freeze()
+    exit_without_collection()
     sys.exit(exit_code)

@@ -12,7 +12,6 @@ side by side;
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
@@ -24,8 +23,13 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Iterable
 
-import torch
-from torch import nn
+if __name__ == "__main__":  # a variant's own process (python -m helpers.variants), not an import
+    from .startup import import_frozen
+
+    import_frozen("torch")  # starts sooner (see helpers.startup)
+
+import torch  # noqa: E402
+from torch import nn  # noqa: E402
 
 from . import devices
 from .measure import Result
@@ -298,6 +302,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
+    from .startup import exit_without_collection
+
     main()
-    # skip the exit-time garbage collection (as helpers/distributed.py's entry point does)
-    gc.freeze()
+    exit_without_collection()
