@@ -141,11 +141,12 @@ def _variant_from_args(args: argparse.Namespace) -> dict[str, Any]:
     test_ds = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
     train_loader = data.make_loader(train_ds, args.batch_size, train=True, seed=args.seed)
     test_loader = data.make_loader(test_ds, 256, train=False)
-    ready = time.time()
+    ready = None
     if args.wait_for_go:
-        # torch.optim loads its compiler hooks on the first optimizer call (about a second): do that
+        # torch.optim loads its compiler hooks on the first optimizer call (most of a second): do that
         # now, while the other variants start too, then wait until the parent says it is our turn.
         torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()
+        ready = time.time()
         print(READY, flush=True)
         if sys.stdin.readline().strip() != GO:
             raise SystemExit("stopped before training (the parent did not say go)")
@@ -160,7 +161,7 @@ def _variant_from_args(args: argparse.Namespace) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "openmp": system.openmp_runtimes(),
         "standin": data.is_standin(train_ds),
-        "ready": ready,  # wall clock: start-up done (imports, data)
+        "ready": ready or started,  # wall clock: start-up done (imports, data), waiting for its turn
         "trained": [started, time.time()],  # wall clock: when this process trained (and evaluated)
     }
 
