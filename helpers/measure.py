@@ -7,6 +7,11 @@
 5. speed-up = baseline / variant from the same run, next to accuracy;
 6. results saved as JSON + CSV with the machine fingerprint.
 
+``verdict`` is the course's one comparison rule: every "faster" or "slower" that a chapter,
+the tuner or a report prints is its word. ``interleaved`` runs variants in rotated rounds
+(A B C, B C A, ...), each round building every variant afresh, and re-runs rounds that
+other processes disturbed (``helpers.cpu_meter``).
+
 It also measures the FLOPs of a training step (torch.utils.flop_counter) and the
 machine's matmul throughput in a given math mode (``matmul_peak``: fp32, TF32, bf16, fp16),
 so a step can be compared with what the hardware can do in the mode the step ran in.
@@ -15,17 +20,279 @@ so a step can be compared with what the hardware can do in the mode the step ran
 from __future__ import annotations
 
 import json
+import math
 import statistics
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import devices, system
+from . import devices, profiles, system
+from .cpu_meter import LIMIT as INTERFERENCE_LIMIT
+from .cpu_meter import CpuMeter, Interference
 from .tables import Table
+
+# ----------------------------------------------------------------------------------------
+# The one comparison rule
+# ----------------------------------------------------------------------------------------
+
+ROUNDS = 8
+"""The course's default number of interleaved rounds. With per-round noise of 6% per variant
+(log SD) on top of an 8% drift shared by the round, ``verdict`` then calls identical variants
+different about 1% of the time and finds a true 15% difference about 89% of the time
+(tests/test_measure.py simulates both)."""
+
+MIN_ROUNDS = 6
+"""Below this many paired rounds no 95% signed-rank interval exists: every verdict is
+"no measurable difference" (and says why)."""
+
+MIN_EFFECT = 0.02
+NO_DIFFERENCE = "no measurable difference"
+
+
+@lru_cache(maxsize=None)
+def _signed_rank_cdf(n: int) -> tuple[float, ...]:
+    """P(T+ <= t) for t = 0..n(n+1)/2 under the null (exact, by counting sign patterns)."""
+    counts = [1]
+    for k in range(1, n + 1):
+        grown = [0] * (len(counts) + k)
+        for t, c in enumerate(counts):
+            grown[t] += c
+            grown[t + k] += c
+        counts = grown
+    acc, out = 0, []
+    for c in counts:
+        acc += c
+        out.append(acc / 2 ** n)
+    return tuple(out)
+
+
+def _critical_rank(n: int, confidence: float) -> int:
+    """The largest c with P(T+ <= c) <= (1 - confidence) / 2, or -1 when none exists."""
+    c = -1
+    for t, p in enumerate(_signed_rank_cdf(n)):
+        if p > (1 - confidence) / 2:
+            break
+        c = t
+    return c
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of comparing a variant with its baseline over paired rounds.
+
+    ``ratio`` is the median over rounds of baseline/variant for times (> 1: the variant is
+    faster), ``low``-``high`` its interval, ``word`` one of "faster", "slower",
+    "no measurable difference", and ``reason`` says why when no interval could be made.
+    """
+
+    ratio: float
+    low: float
+    high: float
+    word: str
+    rounds: int
+    confidence: float = 0.95
+    reason: str = ""
+
+    @property
+    def interval(self) -> str:
+        """The interval as text; "none (N rounds)" when too few rounds gave none."""
+        return f"none ({self.rounds} rounds)" if self.reason else f"{self.low:.2f}-{self.high:.2f}"
+
+    @property
+    def than(self) -> str:
+        """"faster than" / "slower than" / "no measurable difference from": reads before a name."""
+        return f"{self.word} than" if self.word in ("faster", "slower") else f"{NO_DIFFERENCE} from"
+
+    @property
+    def won(self) -> bool:
+        return self.word == "faster"
+
+    def __str__(self) -> str:
+        if self.reason:
+            return f"{self.ratio:.2f}x: {self.word} ({self.reason})"
+        return f"{self.ratio:.2f}x ({self.confidence:.0%} interval {self.interval}, {self.rounds} rounds): {self.word}"
+
+
+def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: float = MIN_EFFECT,
+            higher_is_better: bool = False, confidence: float = 0.95) -> Verdict:
+    """The course's one comparison rule.
+
+    ``baseline`` and ``variant`` are per-round values in round order (round i of both ran back
+    to back), lower is better unless ``higher_is_better``. The ratio is the median over rounds
+    of baseline/variant (variant/baseline when higher is better), so > 1 always means the
+    variant did better. Its interval is the exact Wilcoxon signed-rank (Hodges-Lehmann)
+    interval of the log ratios: distribution-free, and one wild round moves it little.
+    The word is "faster" when the whole interval lies above ``1 + min_effect``, "slower"
+    when it lies below ``1 - min_effect``, else "no measurable difference" -- also when
+    there are fewer than ``MIN_ROUNDS`` rounds, which the reason then says.
+    """
+    if len(baseline) != len(variant):
+        raise ValueError(f"paired rounds needed: {len(baseline)} baseline values, {len(variant)} variant values")
+    if not baseline:
+        raise ValueError("verdict needs at least one round")
+    if min_effect < 0 or not 0 < confidence < 1:
+        raise ValueError("min_effect must be >= 0 and confidence between 0 and 1")
+    pairs = [(float(b), float(v)) for b, v in zip(baseline, variant)]
+    if any(b <= 0 or v <= 0 or math.isnan(b) or math.isnan(v) for b, v in pairs):
+        raise ValueError("verdict compares positive values (times or rates)")
+    ratios = [v / b if higher_is_better else b / v for b, v in pairs]
+    n = len(ratios)
+    ratio = statistics.median(ratios)
+    c = _critical_rank(n, confidence)
+    if c < 0:
+        return Verdict(ratio, min(ratios), max(ratios), NO_DIFFERENCE, n, confidence,
+                       f"{n} round{'s' if n != 1 else ''} cannot give a {confidence:.0%} interval; "
+                       f"a verdict needs at least {MIN_ROUNDS}")
+    logs = [math.log(r) for r in ratios]
+    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    low, high = math.exp(walsh[c]), math.exp(walsh[-c - 1])
+    word = "faster" if low > 1 + min_effect else "slower" if high < 1 - min_effect else NO_DIFFERENCE
+    return Verdict(ratio, low, high, word, n, confidence)
+
+
+# ----------------------------------------------------------------------------------------
+# Interleaved rounds
+# ----------------------------------------------------------------------------------------
+
+@dataclass
+class Rounds:
+    """Per-round values of several variants measured in interleaved rounds (paired by round).
+
+    ``samples[name][i]`` and ``metrics[name][i]`` come from round i; ``interference[i]`` is the
+    CPU that others took during the kept round i; ``reruns`` counts the rounds measured again
+    because others took more than ``limit`` cores, ``disturbed`` the kept rounds still above it.
+    """
+
+    names: list[str]
+    samples: dict[str, list[float]]
+    metrics: dict[str, list[dict[str, float]]]
+    warmup: dict[str, list[float]] = field(default_factory=dict)
+    interference: list[Interference] = field(default_factory=list)
+    reruns: int = 0
+    disturbed: int = 0
+    limit: float = INTERFERENCE_LIMIT
+    unit: str = "s"
+
+    def result(self, name: str) -> "Result":
+        """One variant's values as a ``Result`` (metrics: the median over rounds)."""
+        keys = sorted({k for m in self.metrics[name] for k in m})
+        med = {k: statistics.median([m[k] for m in self.metrics[name] if k in m]) for k in keys}
+        return Result(name, list(self.samples[name]), list(self.warmup.get(name, [])), med)
+
+    def verdict(self, name: str, baseline: str | None = None, **kwargs: Any) -> Verdict:
+        base = baseline or self.names[0]
+        return verdict(self.samples[base], self.samples[name], **kwargs)
+
+    @property
+    def rounds(self) -> int:
+        return len(self.samples[self.names[0]]) if self.names else 0
+
+    def note(self) -> str:
+        """What the table's reader needs to know about how these rounds were taken."""
+        text = (f"{self.rounds} interleaved rounds (order rotated, every variant built afresh each round); "
+                f"speed-up = baseline/variant, median over rounds, with its 95% interval; "
+                f"verdict by helpers.measure.verdict (> {1 + MIN_EFFECT:.2f}x or < {1 - MIN_EFFECT:.2f}x for the whole interval).")
+        if self.reruns:
+            text += f" {self.reruns} round(s) re-run: other processes took more than {self.limit:g} cores."
+        if self.disturbed:
+            text += f" {self.disturbed} kept round(s) still disturbed (re-run budget spent): read the result with care."
+        if self.rounds < MIN_ROUNDS:
+            text += f" Fewer than {MIN_ROUNDS} rounds: too few for any verdict."
+        return text
+
+    def table(self, baseline: str | None = None, *, metrics: Sequence[str] = (), title: str = "",
+              scale: float = 1.0, unit: str | None = None, higher_is_better: bool = False) -> Table:
+        """Median, min, max (times ``scale``, in ``unit``), speed-up, interval and verdict per variant."""
+        unit = unit or self.unit
+        base = baseline or self.names[0]
+        table = Table(["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up (x)",
+                       "95% interval (x)", "verdict"] + list(metrics), title=title, note=self.note())
+        for name in self.names:
+            s = Stats.of(self.samples[name])
+            res = self.result(name)
+            if name == base:
+                cells: list[Any] = [1.0, "-", "baseline"]
+            else:
+                v = self.verdict(name, base, higher_is_better=higher_is_better)
+                cells = [v.ratio, v.interval, v.word]
+            table.add(name, s.median * scale, s.minimum * scale, s.maximum * scale, *cells,
+                      *[res.metrics.get(m) for m in metrics])
+        return table
+
+
+
+
+def _value(got: Any) -> tuple[float, dict[str, float], list[float]]:
+    if isinstance(got, Result):
+        return statistics.median(got.samples), dict(got.metrics), list(got.warmup)
+    if isinstance(got, tuple):
+        return float(got[0]), dict(got[1]), []
+    return float(got), {}, []
+
+
+def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = None, *,
+                max_reruns: int | None = None, limit: float = INTERFERENCE_LIMIT, warmup_rounds: int = 0,
+                progress: bool = True, desc: str = "rounds", unit: str = "s") -> Rounds:
+    """Measure every variant once per round, the order rotated each round (A B C, B C A, ...).
+
+    Each callable builds its variant afresh (a new seeded model, optimizer and inputs, its own
+    warm-up untimed) and returns the timed value: a float, ``(value, metrics)`` or a ``Result``
+    (its median sample, metrics and warm-up). ``rounds`` defaults to ``ROUNDS``
+    (``profiles.pick`` a smaller number for the smoke size). A round during which other
+    processes or the hypervisor took more than ``limit`` cores is measured again, at most
+    ``max_reruns`` times in all (default: none at the smoke size, where the tests share the
+    machine, else half the rounds); the table's note says how many were.
+    ``warmup_rounds`` untimed rounds run first (lazy imports, caches).
+    """
+    names = list(variants)
+    if not names:
+        raise ValueError("interleaved needs at least one variant")
+    rounds = ROUNDS if rounds is None else rounds
+    if rounds < 1 or warmup_rounds < 0:
+        raise ValueError("rounds must be >= 1 and warmup_rounds >= 0")
+    if max_reruns is None:
+        max_reruns = profiles.pick(smoke=0, workshop=rounds // 2, full=rounds // 2)
+    out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit, unit=unit)
+    for w in range(warmup_rounds):
+        for name in names:
+            variants[name]()
+    bar = _progress(rounds, desc) if progress else None
+    i = 0
+    try:
+        while len(out.interference) < rounds:
+            k = len(out.interference) + i  # rotate by every round started, kept or not
+            order = names[k % len(names):] + names[:k % len(names)]
+            meter = CpuMeter().start()
+            got = {name: _value(variants[name]()) for name in order}
+            load = meter.stop()
+            if load.disturbed(limit) and out.reruns < max_reruns:
+                out.reruns += 1
+                i += 1
+                continue
+            out.disturbed += load.disturbed(limit)
+            out.interference.append(load)
+            for name in names:
+                value, metrics, warm = got[name]
+                out.samples[name].append(value)
+                out.metrics[name].append(metrics)
+                out.warmup[name].extend(warm)
+            if bar is not None:
+                bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return out
+
+
+def _progress(total: int, desc: str) -> Any:
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, leave=False)
 
 
 @dataclass(frozen=True)
@@ -99,17 +366,26 @@ def speedup_table(results: Sequence[Result], baseline: str | None = None,
     base = next((r for r in results if r.name == baseline), results[0]) if baseline else results[0]
     if baseline and base.name != baseline:
         raise ValueError(f"baseline {baseline!r} is not among the results")
-    cols = ["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up"]
+    cols = ["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up (x)", "95% interval (x)", "verdict"]
     if any(r.warmup for r in results):
         cols.insert(1, f"warm-up {unit}")
     table = Table(cols + list(metrics), title=title,
-                  note=f"speed-up = median({base.name}) / median(variant), measured in this run")
+                  note="speed-up = baseline/variant per paired round, median over rounds; "
+                       "verdict by helpers.measure.verdict")
     for r in results:
         st = r.stats
         row: list[Any] = [r.name]
         if "warm-up" in cols[1]:
             row.append(statistics.median(r.warmup) if r.warmup else None)
-        row += [st.median, st.minimum, st.maximum, base.stats.median / st.median if st.median else None]
+        row += [st.median, st.minimum, st.maximum]
+        if r is base:
+            row += [1.0, "-", "baseline"]
+        elif len(r.samples) == len(base.samples):
+            v = verdict(base.samples, r.samples)
+            row += [v.ratio, v.interval, v.word]
+        else:
+            raise ValueError(f"{r.name!r} has {len(r.samples)} rounds and {base.name!r} {len(base.samples)}: "
+                             "only variants measured in the same interleaved rounds can be compared")
         row += [r.metrics.get(m) for m in metrics]
         table.add(*row)
     return table

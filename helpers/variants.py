@@ -2,23 +2,18 @@
 
 ``run_variant`` trains a fresh, identically seeded model per repeat, keeps the first epoch
 apart as warm-up and reports the median of the rest with accuracy beside it;
-``run_in_fresh_process`` does the same in a new Python process (``python -m
-helpers.variants``), for settings such as OpenMP's that are read only at start-up, and
-``run_in_fresh_processes`` runs several such variants one after another, their start-ups
-side by side;
+``fresh_rounds`` compares variants that each need a process of their own (settings such as
+OpenMP's are read only at start-up): long-lived children of ``helpers.children``, started side
+by side, that take turns in interleaved rounds, each round a fresh model;
+``run_in_fresh_process`` trains one variant once in a new process;
 ``overhead_vs_bare_loop`` checks what the training helper itself costs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
 from dataclasses import asdict
 from typing import Any, Callable, Iterable
@@ -32,7 +27,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from . import devices
-from .measure import Result
+from .measure import Result, Rounds, interleaved
 from .seeds import set_seed
 from .training import LossFn, set_loader_epoch, train, evaluate
 
@@ -129,11 +124,12 @@ def overhead_vs_bare_loop(model_fn: Callable[[], nn.Module], loader: Iterable, *
 
 
 # ----------------------------------------------------------------------------------------
-# One training variant in a fresh process: OpenMP and friends read their settings at start.
+# Training variants in fresh processes: OpenMP and friends read their settings at start-up.
 # ----------------------------------------------------------------------------------------
 
-def _variant_from_args(args: argparse.Namespace) -> dict[str, Any]:
-    from . import data, models, system
+def _serve_variant(args: argparse.Namespace) -> None:
+    """The child: build the data once, then train a fresh model for every request (one round)."""
+    from . import children, data, models, system
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -141,39 +137,32 @@ def _variant_from_args(args: argparse.Namespace) -> dict[str, Any]:
     test_ds = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
     train_loader = data.make_loader(train_ds, args.batch_size, train=True, seed=args.seed)
     test_loader = data.make_loader(test_ds, 256, train=False)
-    ready = None
-    if args.wait_for_go:
-        # torch.optim loads its compiler hooks on the first optimizer call (most of a second): do that
-        # now, while the other variants start too, then wait until the parent says it is our turn.
-        torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()
-        ready = time.time()
-        print(READY, flush=True)
-        if sys.stdin.readline().strip() != GO:
-            raise SystemExit("stopped before training (the parent did not say go)")
-    started = time.time()
-    res = run_variant(
-        args.name, lambda: models.book_cnn(args.dataset, bias=not args.no_bias), train_loader, test_loader,
-        epochs=args.epochs, repeats=args.repeats, seed=args.seed, progress=False,
-        make_optimizer=lambda p: torch.optim.Adam(p, lr=args.lr),
-    )
-    return {
-        "result": asdict(res),
-        "torch_threads": torch.get_num_threads(),
-        "openmp": system.openmp_runtimes(),
-        "standin": data.is_standin(train_ds),
-        "ready": ready or started,  # wall clock: start-up done (imports, data), waiting for its turn
-        "trained": [started, time.time()],  # wall clock: when this process trained (and evaluated)
-    }
+    # torch.optim loads its compiler hooks on the first optimizer call (most of a second): do that
+    # now, while the other variants start up too, so that no round pays for it.
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()
+
+    def one_round(request: dict[str, Any]) -> dict[str, Any]:
+        started = time.time()
+        res = run_variant(
+            args.name, lambda: models.book_cnn(args.dataset, bias=not args.no_bias), train_loader, test_loader,
+            epochs=args.epochs, repeats=int(request.get("repeats", args.repeats)), seed=args.seed, progress=False,
+            make_optimizer=lambda p: torch.optim.Adam(p, lr=args.lr))
+        return {"result": asdict(res), "torch_threads": torch.get_num_threads(),
+                "openmp": system.openmp_runtimes(), "standin": data.is_standin(train_ds),
+                "trained": [started, time.time()]}  # wall clock: when this process trained (and evaluated)
+
+    children.serve(one_round)
 
 
-# The options of the fresh-process command line (``run_in_fresh_process`` checks against these).
+# The options of the fresh-process command line (``fresh_argv`` checks against these).
 FRESH_PROCESS_OPTIONS = ("name", "dataset", "epochs", "repeats", "batch_size", "lr", "train_size", "test_size",
                          "threads", "no_bias", "seed")
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m helpers.variants",
-                                description="Train the book's CNN once per repeat and print a JSON result.")
+                                description="Train the book's CNN in a child process of helpers.children: "
+                                            "one fresh model per request line, one JSON result line each.")
     p.add_argument("--name", default="variant")
     p.add_argument("--dataset", default="fashionmnist", choices=["fashionmnist", "cifar10"])
     p.add_argument("--epochs", type=int, default=2)
@@ -185,15 +174,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=0, help="torch.set_num_threads (0: leave to OpenMP)")
     p.add_argument("--no-bias", action="store_true")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--wait-for-go", action="store_true",
-                   help=f"start up, print {READY!r}, then train only after reading {GO!r} on stdin")
     return p
 
 
-READY, GO = "variant-ready", "go"   # the start-up handshake of ``run_in_fresh_processes``
-
-
-def _fresh_argv(options: dict[str, Any]) -> list[str]:
+def fresh_argv(options: dict[str, Any]) -> list[str]:
+    """The command line of one variant process (``options`` with underscores, e.g. ``batch_size=64``)."""
     argv = [sys.executable, "-m", "helpers.variants"]
     for key, value in options.items():
         if key not in FRESH_PROCESS_OPTIONS:
@@ -206,100 +191,57 @@ def _fresh_argv(options: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _failed(name: str, code: int | None, stderr: str) -> RuntimeError:
-    tail = "\n".join(stderr.strip().splitlines()[-5:])
-    return RuntimeError(f"variant {name!r}: the training process failed (exit {code}):\n{tail}")
+def _children(envs: dict[str, dict[str, str] | None], options: dict[str, Any], timeout: float) -> Any:
+    from .children import Children
+
+    if "name" in options:
+        raise ValueError("the variants are named by the keys of envs, not by a name option")
+    cmds = {name: (fresh_argv({"name": name, **options}), {**(env or {}), "TQDM_DISABLE": "1"})
+            for name, env in envs.items()}
+    return Children(cmds, startup_timeout=timeout)
+
+
+def fresh_rounds(envs: dict[str, dict[str, str] | None], rounds: int | None = None, *, timeout: float = 3600,
+                 progress: bool = True, max_reruns: int | None = None, **options: Any) -> tuple[Rounds, dict[str, Any]]:
+    """Variants in fresh processes (``{name: extra environment}``), compared in interleaved rounds.
+
+    Every variant gets one long-lived process, all started side by side (start-up is not timed).
+    Then, round after round in rotated order, each process in turn builds a fresh seeded model
+    and trains it (``options``: ``epochs``, ``batch_size``, ``train_size``, ...), one process at a
+    time. Returns the ``measure.Rounds`` (seconds per epoch after the warm-up epoch; metrics:
+    accuracy, loss, ...) and, per variant, the facts its process reported (``torch_threads``,
+    ``openmp`` runtimes loaded, ``standin``).
+    """
+    facts: dict[str, Any] = {}
+    with _children(envs, dict(options), timeout) as kids:
+        def runner(name: str) -> Callable[[], Result]:
+            def run() -> Result:
+                payload = kids.ask(name, {}, timeout=timeout)
+                facts[name] = {k: v for k, v in payload.items() if k != "result"}
+                return result_from_payload(payload)
+            return run
+
+        res = interleaved({name: runner(name) for name in envs}, rounds, progress=progress, max_reruns=max_reruns,
+                          desc="fresh-process rounds")
+    return res, facts
 
 
 def run_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 3600, **options: Any) -> dict[str, Any]:
-    """Run one variant via ``python -m helpers.variants`` in a new process with ``env`` added.
-
-    ``options`` are the command-line options with underscores (``name="x"``, ``epochs=2``,
-    ``batch_size=64``, ``train_size=2000`` ...). Returns the child's JSON: the Result as a
-    dict, its torch thread count and the OpenMP runtimes it had loaded.
-    """
+    """Train one variant once in a new process with ``env`` added; returns the child's payload
+    (the Result as a dict, its torch thread count, the OpenMP runtimes it loaded)."""
     name = str(options.pop("name", "variant"))
-    return run_in_fresh_processes({name: env}, timeout=timeout, **options)[name]
-
-
-def run_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: float = 3600,
-                           **options: Any) -> dict[str, dict[str, Any]]:
-    """One fresh process per variant (``{name: env}``), trained one after another.
-
-    Like calling ``run_in_fresh_process(env, name=name, **options)`` for each variant in turn,
-    with the same payloads, only sooner: all processes start at once and import PyTorch and
-    build their data side by side (none of that is timed), then each waits until the one before
-    it has finished training and evaluating. No training ever runs beside another one.
-    """
-    if "name" in options:
-        raise ValueError("the variants are named by the keys of envs, not by a name option")
-    argvs = {name: _fresh_argv({"name": name, **options}) + ["--wait-for-go"] for name in envs}
-    procs: dict[str, subprocess.Popen[str]] = {}
-    logs = {name: tempfile.TemporaryFile("w+") for name in envs}
-    deadline = time.monotonic() + timeout
-    try:
-        for name, env in envs.items():
-            procs[name] = subprocess.Popen(argvs[name], env={**os.environ, **(env or {}), "TQDM_DISABLE": "1"},
-                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=logs[name],
-                                           text=True)
-        for name, proc in procs.items():  # every process has started up before the first one trains
-            if not _wait_for_line(proc, READY, deadline):
-                proc.kill()
-                proc.wait()
-                if time.monotonic() >= deadline:
-                    raise RuntimeError(f"variant {name!r}: its process did not start within {timeout} s")
-                raise _failed(name, proc.returncode, _read(logs[name]))
-        payloads = {}
-        for name, proc in procs.items():
-            assert proc.stdin is not None and proc.stdout is not None
-            proc.stdin.write(GO + "\n")
-            proc.stdin.close()
-            timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)
-            timer.start()
-            try:
-                out = proc.stdout.read()
-                code = proc.wait()
-            finally:
-                timer.cancel()
-            if code != 0 or not out.strip():
-                raise _failed(name, code, _read(logs[name]))
-            payloads[name] = json.loads(out.strip().splitlines()[-1])
-            payloads[name]["stderr"] = _read(logs[name])
-        return payloads
-    finally:
-        for proc in procs.values():  # an error or Ctrl-C: nobody is left waiting
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        for log in logs.values():
-            log.close()
-
-
-def _wait_for_line(proc: subprocess.Popen[str], line: str, deadline: float) -> bool:
-    """Read the process's stdout until ``line`` (True), or its end (False); killed at ``deadline``."""
-    assert proc.stdout is not None
-    timer = threading.Timer(max(0.0, deadline - time.monotonic()), proc.kill)
-    timer.start()
-    try:
-        return any(got.strip() == line for got in iter(proc.stdout.readline, ""))
-    finally:
-        timer.cancel()
-
-
-def _read(log: Any) -> str:
-    log.seek(0)
-    return log.read()
+    with _children({name: env}, options, timeout) as kids:
+        return kids.ask(name, {}, timeout=timeout)
 
 
 def result_from_payload(payload: dict[str, Any]) -> Result:
-    """The measure.Result inside a ``run_in_fresh_process`` payload."""
+    """The measure.Result inside a fresh-process payload."""
     r = payload["result"]
     return Result(r["name"], r["samples"], r["warmup"], r["metrics"], r["settings"])
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parser().parse_args(argv)
-    print(json.dumps(_variant_from_args(args), default=str))
+    _serve_variant(_parser().parse_args(argv))
 
 
 if __name__ == "__main__":

@@ -31,10 +31,13 @@ def test_speedup_table_ratio():
     fast = measure.Result("fast", [1.0, 1.0, 1.0], warmup=[1.5], metrics={"accuracy": 89.0})
     t = measure.speedup_table([base, fast], baseline="base", metrics=["accuracy"])
     rows = t.as_dicts()
-    assert rows[1]["speed-up"] == pytest.approx(2.0) and rows[1]["accuracy"] == 89.0
-    assert rows[0]["warm-up s"] == 3.0
+    assert rows[1]["speed-up (x)"] == pytest.approx(2.0) and rows[1]["accuracy"] == 89.0
+    assert rows[1]["verdict"] == measure.NO_DIFFERENCE  # 3 rounds: too few for a verdict
+    assert rows[0]["warm-up s"] == 3.0 and rows[0]["verdict"] == "baseline"
     with pytest.raises(ValueError):
         measure.speedup_table([base], baseline="nope")
+    with pytest.raises(ValueError, match="same interleaved rounds"):
+        measure.speedup_table([base, measure.Result("other", [1.0])])
 
 
 def test_save_and_load_results(tmp_path):
@@ -92,3 +95,116 @@ def test_matmul_peak_is_the_best_repeat_in_its_mode():
     assert peak.flops > 0 and median > 0
     assert measure.math_mode("cpu", torch.float32) == "fp32"
     assert not measure.MatmulPeak(0.0, "fp32")
+
+
+# ---- the one comparison rule ----------------------------------------------------------
+
+import math
+import random
+
+
+def synthetic_rounds(rng, n, true_ratio, drift=0.08, noise=0.06, outlier=False):
+    """Per-round times of a baseline and a variant: a drift shared by the round, independent
+    noise per variant, the variant true_ratio times faster; optionally one round 3x slower."""
+    base, var = [], []
+    for _ in range(n):
+        shared = math.exp(rng.gauss(0, drift))
+        base.append(shared * math.exp(rng.gauss(0, noise)))
+        var.append(shared * math.exp(rng.gauss(0, noise)) / true_ratio)
+    if outlier:
+        k = rng.randrange(n)
+        (base if rng.random() < 0.5 else var)[k] *= 3
+    return base, var
+
+
+def rate(true_ratio, *, outlier=False, trials=600, seed=1):
+    rng = random.Random(seed)
+    words = [measure.verdict(*synthetic_rounds(rng, measure.ROUNDS, true_ratio, outlier=outlier)).word
+             for _ in range(trials)]
+    return words
+
+
+def test_verdict_false_positive_rate_on_identical_variants():
+    words = rate(1.0)
+    assert sum(w != measure.NO_DIFFERENCE for w in words) / len(words) <= 0.05
+
+
+def test_verdict_finds_a_true_15_percent_difference():
+    faster = rate(1.15)
+    assert sum(w == "faster" for w in faster) / len(faster) >= 0.80
+    slower = rate(1 / 1.15, seed=2)
+    assert sum(w == "slower" for w in slower) / len(slower) >= 0.80
+
+
+def test_one_disturbed_round_does_not_make_a_verdict():
+    words = rate(1.0, outlier=True, seed=3)
+    assert sum(w != measure.NO_DIFFERENCE for w in words) / len(words) <= 0.05
+    # and a single 3x round among otherwise identical rounds: no verdict, ratio untouched
+    v = measure.verdict([1.0] * 8, [1.0] * 7 + [3.0])
+    assert v.word == measure.NO_DIFFERENCE and v.ratio == pytest.approx(1.0)
+
+
+def test_verdict_values_and_words():
+    v = measure.verdict([2.0] * 8, [1.0] * 8)
+    assert (v.ratio, v.low, v.high, v.word, v.rounds) == (2.0, 2.0, 2.0, "faster", 8)
+    assert v.won and v.than == "faster than" and "2.00x" in str(v)
+    s = measure.verdict([1.0] * 8, [1.5] * 8)
+    assert s.word == "slower" and s.ratio == pytest.approx(2 / 3)
+    small = measure.verdict([1.0] * 8, [1 / 1.01] * 8)  # 1% better, inside min_effect
+    assert small.word == measure.NO_DIFFERENCE and small.than.startswith("no measurable")
+    rates = measure.verdict([100.0] * 8, [150.0] * 8, higher_is_better=True)
+    assert rates.word == "faster" and rates.ratio == pytest.approx(1.5)
+
+
+def test_too_few_rounds_say_so():
+    v = measure.verdict([2.0] * 5, [1.0] * 5)
+    assert v.word == measure.NO_DIFFERENCE and "at least 6" in v.reason and v.interval == "none (5 rounds)"
+    assert measure.verdict([2.0] * 6, [1.0] * 6).word == "faster"
+    with pytest.raises(ValueError, match="paired"):
+        measure.verdict([1.0, 2.0], [1.0])
+    with pytest.raises(ValueError, match="positive"):
+        measure.verdict([1.0], [0.0])
+    with pytest.raises(ValueError):
+        measure.verdict([], [])
+
+
+def test_signed_rank_interval_matches_the_exact_distribution():
+    # n = 8: P(T+ <= 3) = 5/256 <= 0.025 < P(T+ <= 4) = 7/256, so the 4th smallest Walsh average
+    assert measure._critical_rank(8, 0.95) == 3
+    assert measure._critical_rank(5, 0.95) == -1
+    d = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8]
+    v = measure.verdict([math.exp(x) for x in d], [1.0] * 8)
+    walsh = sorted((d[i] + d[j]) / 2 for i in range(8) for j in range(i, 8))
+    assert v.low == pytest.approx(math.exp(walsh[3])) and v.high == pytest.approx(math.exp(walsh[-4]))
+
+
+def test_interleaved_rotates_order_and_pairs_rounds():
+    calls = []
+    variants = {name: (lambda name=name: calls.append(name) or {"a": 2.0, "b": 1.0, "c": 1.0}[name])
+                for name in "abc"}
+    r = measure.interleaved(variants, rounds=6, progress=False, max_reruns=0)
+    assert calls[:9] == list("abcbcacab")
+    assert r.samples["a"] == [2.0] * 6 and r.rounds == 6
+    assert r.verdict("b").word == "faster" and r.verdict("c", baseline="b").word == measure.NO_DIFFERENCE
+    t = r.table(title="t")
+    assert t.column("verdict") == ["baseline", "faster", "faster"] and "6 interleaved rounds" in t.note
+    with pytest.raises(ValueError):
+        measure.interleaved({}, rounds=2)
+
+
+def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
+    loads = iter([0.9, 0.0, 0.9, 0.9, 0.0])  # cores taken by others in each measured round
+
+    class FakeMeter:
+        def start(self):
+            return self
+
+        def stop(self):
+            return measure.Interference(next(loads), 0.0, 1.0)
+
+    monkeypatch.setattr(measure, "CpuMeter", FakeMeter)
+    r = measure.interleaved({"a": lambda: (1.0, {"acc": 50.0}), "b": lambda: 1.0}, rounds=3, max_reruns=2,
+                            progress=False)
+    assert r.reruns == 2 and r.disturbed == 1 and r.rounds == 3  # the budget ran out on the third disturbed one
+    assert "2 round(s) re-run" in r.note() and "still disturbed" in r.note()
+    assert r.result("a").metrics == {"acc": 50.0}

@@ -187,43 +187,30 @@ def test_overhead_vs_bare_loop_times_both_loops_and_catches_overhead(monkeypatch
     assert slow == pytest.approx({"bare_s": per_run, "helper_s": per_run + 0.5, "ratio": (per_run + 0.5) / per_run})
 
 
-def test_run_in_fresh_process_is_one_named_variant(monkeypatch):
-    seen = {}
-
-    def fake(envs, timeout=3600, **options):
-        seen.update(envs=envs, timeout=timeout, options=options)
-        return {name: {"payload of": name} for name in envs}
-
-    monkeypatch.setattr(variants, "run_in_fresh_processes", fake)
-    assert variants.run_in_fresh_process({"OMP_NUM_THREADS": "1"}, name="child", epochs=2) == {"payload of": "child"}
-    assert seen == {"envs": {"child": {"OMP_NUM_THREADS": "1"}}, "timeout": 3600, "options": {"epochs": 2}}
-    assert variants.run_in_fresh_process(epochs=2) == {"payload of": "variant"}
-    monkeypatch.undo()
+def test_fresh_argv_checks_options():
+    argv = variants.fresh_argv({"name": "x", "batch_size": 64, "no_bias": True, "threads": None})
+    assert argv[1:] == ["-m", "helpers.variants", "--name", "x", "--batch-size", "64", "--no-bias"]
     with pytest.raises(ValueError, match="unknown option"):  # checked before any process starts
         variants.run_in_fresh_process(epochz=2)
 
 
-def test_run_in_fresh_processes_start_together_and_train_one_at_a_time():
-    standin = {"COURSE_DATA": "standin"}
-    payloads = variants.run_in_fresh_processes(
-        {"one": {**standin, "OMP_NUM_THREADS": "1"}, "two": {**standin, "OMP_NUM_THREADS": "2"}},
-        epochs=2, train_size=64, test_size=32, batch_size=32)
-    assert list(payloads) == ["one", "two"]
-    assert [p["torch_threads"] for p in payloads.values()] == [1, 2]  # each process got its own environment
-    assert all(p["standin"] is True for p in payloads.values())
-    results = [variants.result_from_payload(p) for p in payloads.values()]
-    assert [r.name for r in results] == ["one", "two"]
-    assert all(len(r.samples) == 1 and len(r.warmup) == 1 and 0 <= r.metrics["accuracy"] <= 100 for r in results)
-    one, two = payloads["one"], payloads["two"]
-    assert two["ready"] < one["trained"][0]  # the second had started up before the first trained...
-    assert one["trained"][1] <= two["trained"][0]  # ...and trained only after the first had finished
+def test_fresh_rounds_take_turns_in_rotated_rounds_each_with_its_environment():
+    standin = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke"}
+    rounds, facts = variants.fresh_rounds(
+        {"one": {**standin, "OMP_NUM_THREADS": "1"}, "two": {**standin, "OMP_NUM_THREADS": "2"}}, rounds=2,
+        epochs=2, train_size=64, test_size=32, batch_size=32, progress=False)
+    assert [f["torch_threads"] for f in facts.values()] == [1, 2]  # each process got its own environment
+    assert all(f["standin"] is True for f in facts.values())
+    assert rounds.rounds == 2 and all(len(v) == 2 for v in rounds.samples.values())
+    res = rounds.result("two")
+    assert len(res.warmup) == 2 and 0 <= res.metrics["accuracy"] <= 100
     with pytest.raises(ValueError, match="named by the keys"):
-        variants.run_in_fresh_processes({"a": None}, name="x")
-    with pytest.raises(RuntimeError, match="did not start within 0.01 s"):  # killed, nobody left waiting
-        variants.run_in_fresh_processes({"slow": standin}, timeout=0.01, epochs=2)
-    with pytest.raises(RuntimeError, match="variant .bad.: the training process failed"):
-        variants.run_in_fresh_processes({"bad": {"COURSE_PROFILE": "bogus"}, "ok": standin}, epochs=2,
-                                        train_size=8, test_size=8)
+        variants.fresh_rounds({"a": None}, name="x")
+    payload = variants.run_in_fresh_process({**standin, "OMP_NUM_THREADS": "1"}, name="solo", epochs=2,
+                                            train_size=16, test_size=8)
+    assert variants.result_from_payload(payload).name == "solo" and payload["torch_threads"] == 1
+    with pytest.raises(RuntimeError, match="'bad': the child process ended before it was ready"):
+        variants.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, name="bad", epochs=2)
 
 
 def test_data_wait_measures_a_slow_loader():

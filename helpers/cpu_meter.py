@@ -1,0 +1,81 @@
+"""Who else used the CPU while we measured: the interference measure of the course's rounds.
+
+A timing taken while another process (or the hypervisor, as *steal* time) used the cores is
+slower for reasons that have nothing to do with the lever under test. ``CpuMeter`` reads the
+machine's CPU time (``psutil.cpu_times``, i.e. ``/proc/stat`` on Linux) and this process
+tree's own CPU time (``psutil``: this process, its live descendants and the children it has
+waited for) at the start and the end of a round; what the machine spent beyond our own work
+was spent by someone else. ``helpers.measure.interleaved`` re-runs a round whose figure is
+above ``LIMIT``.
+
+The load average cannot do this: a run's own threads already make it about the core count.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+
+import psutil
+
+LIMIT = 0.25  # cores taken by others (on average over a round) above which the round is disturbed
+
+
+@dataclass(frozen=True)
+class Interference:
+    """CPU taken by others during one measured interval, in cores (1.0 = one whole core)."""
+
+    other_cores: float
+    steal_cores: float
+    wall_s: float
+
+    @property
+    def cores(self) -> float:
+        """Cores taken by other processes and by the hypervisor together."""
+        return self.other_cores + self.steal_cores
+
+    def disturbed(self, limit: float = LIMIT) -> bool:
+        return self.cores > limit
+
+
+def machine_cpu_seconds() -> tuple[float, float]:
+    """(busy, steal) CPU seconds of the whole machine since boot, all cores added up."""
+    t = psutil.cpu_times()
+    busy = t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+    return busy, getattr(t, "steal", 0.0)
+
+
+def own_cpu_seconds(pid: int | None = None) -> float:
+    """CPU seconds used by process ``pid`` (default: this one), the children it has waited for
+    and its live descendants (DataLoader workers, variant processes, torchrun ranks)."""
+    proc = psutil.Process(pid or os.getpid())
+    total = 0.0
+    for p in [proc, *proc.children(recursive=True)]:
+        try:
+            t = p.cpu_times()
+        except psutil.Error:  # ended between the listing and the reading
+            continue
+        total += t.user + t.system + t.children_user + t.children_system
+    return total
+
+
+class CpuMeter:
+    """``start()`` then ``stop()`` -> the ``Interference`` of the interval between them."""
+
+    def __init__(self) -> None:
+        self._start: tuple[float, float, float, float] | None = None
+
+    def start(self) -> "CpuMeter":
+        busy, steal = machine_cpu_seconds()
+        self._start = (time.perf_counter(), busy, steal, own_cpu_seconds())
+        return self
+
+    def stop(self) -> Interference:
+        if self._start is None:
+            raise RuntimeError("CpuMeter.stop() before start()")
+        t0, busy0, steal0, own0 = self._start
+        busy, steal = machine_cpu_seconds()
+        wall = max(time.perf_counter() - t0, 1e-9)
+        other = max(0.0, (busy - busy0) - (own_cpu_seconds() - own0))
+        return Interference(other / wall, max(0.0, steal - steal0) / wall, wall)

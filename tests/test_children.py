@@ -1,0 +1,66 @@
+import io
+import sys
+import textwrap
+
+import pytest
+
+from helpers import children
+
+ECHO = textwrap.dedent("""
+    import os, sys, time
+    from helpers import children
+    def handle(req):
+        if req.get("sleep"):
+            time.sleep(req["sleep"])
+        if req.get("fail"):
+            print("something broke inside", file=sys.stderr)
+            sys.exit(3)
+        return {"pid": os.getpid(), "echo": req.get("x"), "env": os.environ.get("MARK"), "at": time.time()}
+    if os.environ.get("SLOW_START"):
+        time.sleep(float(os.environ["SLOW_START"]))
+    print("chatter that is not a result")
+    children.serve(handle)
+""")
+
+
+def cmd(**env):
+    return ([sys.executable, "-c", ECHO], env)
+
+
+def test_children_start_side_by_side_and_answer_in_turn():
+    with children.Children({"a": cmd(MARK="A"), "b": cmd(MARK="B")}) as kids:
+        ra = kids.ask("a", {"x": 1})
+        rb = kids.ask("b", {"x": 2})
+        ra2 = kids.ask("a", {"x": 3})
+        assert (ra["echo"], rb["echo"], ra2["echo"]) == (1, 2, 3)
+        assert (ra["env"], rb["env"]) == ("A", "B")  # each child has its own environment
+        assert ra["pid"] == ra2["pid"] != rb["pid"]  # long-lived: the same process answers again
+        assert max(kids.ready_at.values()) < ra["at"]  # both were ready before the first worked
+        procs = list(kids.procs.values())
+    assert all(p.poll() is not None for p in procs)  # stopped on exit
+
+
+def test_failure_names_the_child_with_its_stderr():
+    with children.Children({"bad": cmd()}) as kids:
+        with pytest.raises(children.ChildError, match=r"(?s)'bad': the child process ended without a result.*broke inside"):
+            kids.ask("bad", {"fail": True})
+
+
+def test_timeouts_kill_the_child():
+    with pytest.raises(children.ChildError, match="did not start within 0.5 s"):
+        with children.Children({"slow": cmd(SLOW_START="30")}, startup_timeout=0.5):
+            pass
+    with children.Children({"a": cmd()}) as kids:
+        with pytest.raises(children.ChildError, match="gave no result within 0.3 s"):
+            kids.ask("a", {"sleep": 30}, timeout=0.3)
+        assert kids.procs["a"].poll() is not None
+
+
+def test_serve_protocol_in_process():
+    out = io.StringIO()
+    children.serve(lambda req: {"double": req["n"] * 2}, stdin=io.StringIO('{"n": 2}\n\n{"n": 5}\nSTOP\n{"n": 9}\n'),
+                   stdout=out)
+    assert out.getvalue().splitlines() == [children.READY, 'RESULT {"double": 4}', 'RESULT {"double": 10}']
+    assert children.tail("a\n\nb\nc\n", 2) == "b\nc"
+    with pytest.raises(ValueError):
+        children.Children({})
