@@ -7,18 +7,34 @@ Jupyter kernel. So this module checks versions from package metadata *before* im
 and checks the CPU before asking for bf16 weight prepacking (which asserts AVX-512 or
 AVX-NE-CONVERT). Upstream replacements: ``torch.compile`` (Inductor) and
 ``torch.autocast('cpu', dtype=torch.bfloat16)`` on CPUs, native ``torch.xpu`` on Intel GPUs.
+
+It also runs chapter 04's IPEX-against-stock comparison: ``python -m helpers.ipex_support
+--serve VARIANT`` is one variant's long-lived child process (``helpers.children`` protocol), so
+that only the IPEX variants' processes ever import IPEX (its import replaces some of PyTorch's
+kernels, the CPU autocast ones included).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
+import sys
+import time
 import warnings
+from dataclasses import dataclass
 from importlib import metadata
 from types import ModuleType
+from typing import Any, Iterable, Mapping, Sequence
 
-import torch
+if __name__ == "__main__":  # a variant's own process (python -m helpers.ipex_support), not an import
+    from .startup import import_frozen
 
-from . import system
+    import_frozen("torch")  # starts sooner (see helpers.startup)
+
+import torch  # noqa: E402
+
+from . import models, system  # noqa: E402
+from .seeds import set_seed  # noqa: E402
 
 RETIREMENT_NOTE = (
     "Intel Extension for PyTorch is retired: 2.8 is its last release, its repository is archived "
@@ -97,3 +113,228 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dtype: to
         raise ValueError("call model.train() before optimizing for training (IPEX asserts it)")
     ipex = load()
     return ipex.optimize(model, optimizer=optimizer, dtype=dtype, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------
+# IPEX against stock PyTorch, each variant in a process of its own.
+#
+# Importing IPEX registers its own kernels over some of PyTorch's, the AutocastCPU ones
+# included (its import warns "Overriding a previously registered kernel ... dispatch key:
+# AutocastCPU"). A "stock" variant measured in a process that has imported IPEX is not stock,
+# so every variant below runs in its own long-lived child (``helpers.children``), and only
+# the children of IPEX variants import IPEX.
+# ----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Variant:
+    """What one variant changes on top of stock fp32 eager training."""
+
+    channels_last: bool = False   # model and inputs in channels-last memory format
+    bf16: bool = False            # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+    ipex: bool = False            # model and optimizer through ipex.optimize (IPEX imported in its process)
+    compile: str | None = None    # a torch.compile backend ("inductor", "ipex"), None = eager
+
+
+VARIANTS: dict[str, Variant] = {
+    "stock_fp32": Variant(),
+    "stock_fp32_cl": Variant(channels_last=True),
+    "ipex_fp32": Variant(ipex=True),
+    "stock_bf16_cl": Variant(channels_last=True, bf16=True),
+    "ipex_bf16": Variant(ipex=True, bf16=True),
+    "inductor": Variant(compile="inductor"),
+    "ipex_backend": Variant(ipex=True, compile="ipex"),
+}
+"""The variants a child can serve. ``ipex_fp32``/``ipex_bf16``: ``ipex.optimize`` (which puts
+convolution weights in oneDNN's blocked layout itself); ``ipex_backend``: ``torch.compile`` with
+the ``ipex`` backend on a plain model; ``inductor``: ``torch.compile``'s default backend."""
+
+
+def variant(name: str) -> Variant:
+    """The ``Variant`` called ``name``; a ValueError lists the known names."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def prepare(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+            ) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.dtype | None, bool]:
+    """Apply variant ``name`` to a fresh model (in train mode) and its optimizer.
+
+    Returns ``(model, optimizer, autocast_dtype, channels_last)``: train with the returned model
+    and optimizer, run forward and loss under ``torch.autocast("cpu", dtype=autocast_dtype)``
+    when it is not None, and convert inputs to channels-last when ``channels_last``.
+    """
+    v = variant(name)
+    if v.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    dtype = torch.bfloat16 if v.bf16 else None
+    if v.ipex and v.compile is None:
+        model, optimizer = optimize(model, optimizer, dtype=dtype)
+    elif v.ipex:
+        load()  # registers the "ipex" backend of torch.compile
+    return model, optimizer, dtype, v.channels_last
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+          dtype: torch.dtype | None, channels_last: bool) -> torch.Tensor:
+    """One training step, as the chapter writes it out."""
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    optimizer.step()
+    return loss
+
+
+def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                test_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, dataset: str = "cifar10",
+                lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0) -> dict[str, Any]:
+    """One round of variant ``name``: a fresh seeded model, ``warmup_steps`` untimed steps, then
+    one timed pass over ``batches``, then accuracy on ``test_batches``.
+
+    Returns ``{"value": seconds per training step, "metrics": {...}}`` (metrics: ``accuracy`` in %,
+    ``loss`` of the last step, ``warmup_s``, ``prepare_s`` (building the variant), ``steps``).
+    """
+    if not batches:
+        raise ValueError("train_round needs at least one batch")
+    v = variant(name)
+    set_seed(seed)
+    started = time.perf_counter()
+    model = models.book_cnn(dataset).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    model, optimizer, dtype, cl = prepare(name, model, optimizer)
+    step_model = model if v.compile is None else torch.compile(model, backend=v.compile)
+    prepared = time.perf_counter()
+    for i in range(warmup_steps):  # the first step of a compiled variant compiles it
+        _step(step_model, optimizer, *batches[i % len(batches)], dtype, cl)
+    warm = time.perf_counter()
+    for x, y in batches:
+        loss = _step(step_model, optimizer, x, y, dtype, cl)
+    done = time.perf_counter()
+    correct = total = 0
+    step_model.eval()
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        for x, y in test_batches:
+            x = x.contiguous(memory_format=torch.channels_last) if cl else x
+            correct += int((step_model(x).argmax(1) == y).sum())
+            total += len(y)
+    if v.compile is not None:
+        torch.compiler.reset()
+    return {"value": (done - warm) / len(batches),
+            "metrics": {"accuracy": 100.0 * correct / max(total, 1), "loss": float(loss.detach()),
+                        "warmup_s": warm - prepared, "prepare_s": prepared - started, "steps": float(len(batches))}}
+
+
+def profile_ops(name: str, x: torch.Tensor, y: torch.Tensor, *, dataset: str = "cifar10", steps: int = 3,
+                warmup: int = 2, seed: int = 0) -> list[dict[str, Any]]:
+    """Profile ``steps`` training steps (forward, loss, backward, update) of a fresh model of
+    variant ``name``; returns one row per operator: ``key``, ``calls``, ``self_ms`` (summed over
+    the profiled steps)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .profiling import quiet_kineto
+
+    set_seed(seed)
+    model = models.book_cnn(dataset).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer, dtype, cl = prepare(name, model, optimizer)
+    for _ in range(warmup):
+        _step(model, optimizer, x, y, dtype, cl)
+    with quiet_kineto(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            _step(model, optimizer, x, y, dtype, cl)
+    return [{"key": e.key, "calls": int(e.count), "self_ms": e.self_cpu_time_total / 1000.0}
+            for e in prof.key_averages() if e.self_cpu_time_total > 0]
+
+
+OP_GROUPS: dict[str, tuple[str, ...]] = {
+    "max-pool": ("max_pool",),
+    "convolution": ("conv",),
+    "linear (mm, addmm)": ("aten::mm", "aten::addmm", "linear"),
+    "optimizer update": ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "sqrt"),
+    "layout / dtype copies": ("copy_", "contiguous", "to_dense", "reorder", "aten::to", "_to_copy", "clone"),
+}
+"""How ``op_groups`` sorts operators (the first group whose needle is in the name wins; the
+rest is "other")."""
+
+
+def op_groups(ops: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Self time in ms per kind of operator (``OP_GROUPS``, then "other") of ``profile_ops`` rows."""
+    out = {group: 0.0 for group in OP_GROUPS}
+    out["other"] = 0.0
+    for op in ops:
+        key = str(op["key"]).lower()
+        group = next((g for g, needles in OP_GROUPS.items() if any(n.lower() in key for n in needles)), "other")
+        out[group] += float(op["self_ms"])
+    return out
+
+
+def serve_argv(name: str, *, dataset: str = "cifar10", train_size: int = 1024, test_size: int = 256,
+               batch_size: int = 64, lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0) -> list[str]:
+    """The command line of the child process that serves variant ``name`` (see ``main``)."""
+    variant(name)
+    return [sys.executable, "-m", "helpers.ipex_support", "--serve", name, "--dataset", dataset,
+            "--train-size", str(train_size), "--test-size", str(test_size), "--batch-size", str(batch_size),
+            "--lr", repr(lr), "--warmup-steps", str(warmup_steps), "--seed", str(seed)]
+
+
+def _serve(args: argparse.Namespace) -> None:
+    """The child: load the data (and IPEX, for IPEX variants) once, then answer requests:
+    ``{}`` trains one round, ``{"profile": true}`` profiles, ``{"describe": true}`` says what
+    ``prepare`` made of the model."""
+    from . import children, data
+
+    v = variant(args.serve)
+    if v.ipex:
+        load()  # before READY: the import is not timed; its warnings stay in this child's stderr
+    train_ds = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
+    test_ds = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
+    batches = list(data.make_loader(train_ds, args.batch_size, train=True, seed=args.seed))
+    test_batches = list(data.make_loader(test_ds, 256, train=False))
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()  # load the optimizer's hooks now
+
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("profile"):
+            x, y = batches[0]
+            return {"ops": profile_ops(args.serve, x, y, dataset=args.dataset, steps=int(request.get("steps", 3)),
+                                       seed=args.seed)}
+        if request.get("describe"):
+            model = models.book_cnn(args.dataset).train()
+            model, _, dtype, cl = prepare(args.serve, model, torch.optim.Adam(model.parameters()))
+            conv = model.layer1[0]
+            return {"conv1": type(conv).__name__, "weight_dtype": str(conv.weight.dtype).removeprefix("torch."),
+                    "autocast": str(dtype).removeprefix("torch.") if dtype else "off", "channels_last_inputs": cl,
+                    "ipex_imported": "intel_extension_for_pytorch" in sys.modules,
+                    "standin": data.is_standin(train_ds), "torch_threads": torch.get_num_threads()}
+        return train_round(args.serve, batches, test_batches, dataset=args.dataset, lr=args.lr,
+                           warmup_steps=args.warmup_steps, seed=args.seed)
+
+    children.serve(handle)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m helpers.ipex_support",
+                                description="Serve one IPEX-or-stock training variant as a child of helpers.children.")
+    p.add_argument("--serve", required=True, choices=list(VARIANTS), help="the variant this process trains")
+    p.add_argument("--dataset", default="cifar10", choices=["fashionmnist", "cifar10"])
+    p.add_argument("--train-size", type=int, default=1024)
+    p.add_argument("--test-size", type=int, default=256)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--warmup-steps", type=int, default=4)
+    p.add_argument("--seed", type=int, default=0)
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m helpers.ipex_support --serve VARIANT ...``: one variant's child process."""
+    _serve(_parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    from .startup import exit_without_collection
+
+    main()
+    exit_without_collection()

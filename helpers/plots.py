@@ -1,4 +1,5 @@
-"""Matplotlib figures shared by several notebooks: speed-up bars, trade-off curves, scaling.
+"""Matplotlib figures shared by several notebooks: speed-up bars, per-round ratios with the
+verdict's interval, trade-off curves, phase shares.
 
 Importing this module leaves matplotlib's backend alone: Jupyter shows figures inline, a
 script without a display falls back to a file backend by itself.
@@ -11,7 +12,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from .measure import Result
+from .measure import MIN_EFFECT, Result, Rounds
 
 
 def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: str = "",
@@ -38,6 +39,48 @@ def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: 
     ax.set_ylabel(f"speed-up vs {base.name}")
     ax.set_title(title)
     ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline: str | None = None, *,
+                 title: str = "", higher_is_better: bool = False) -> Figure:
+    """One dot per round: the ratio baseline/variant of that round alone, with the verdict's
+    median (line) and 95% interval (band; none with too few rounds) for each variant.
+
+    Dotted lines mark 1 +- ``MIN_EFFECT``: the verdict says "faster" or "slower" only when the
+    whole band lies beyond one of them. ``variants`` defaults to every variant but the baseline
+    (``rounds.names[0]`` unless given); with ``higher_is_better`` the ratio is variant/baseline.
+    """
+    base = baseline or (rounds.names[0] if rounds.names else None)
+    if base not in rounds.names:
+        raise ValueError(f"baseline {base!r} is not among the measured variants {rounds.names}")
+    names = [n for n in rounds.names if n != base] if variants is None else list(variants)
+    unknown = [n for n in names if n not in rounds.names or n == base]
+    if not names or unknown:
+        raise ValueError(f"name variants other than the baseline {base!r} among {rounds.names}"
+                         + (f"; not usable: {unknown}" if unknown else ""))
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.axhline(1.0, color="grey", lw=0.8)
+    for edge in (1 - MIN_EFFECT, 1 + MIN_EFFECT):
+        ax.axhline(edge, color="grey", lw=0.8, ls=":")
+    n = rounds.rounds
+    for k, name in enumerate(names):
+        pairs = zip(rounds.samples[base], rounds.samples[name])
+        ratios = [v / b if higher_is_better else b / v for b, v in pairs]
+        shift = (k - (len(names) - 1) / 2) * 0.12
+        v = rounds.verdict(name, base, higher_is_better=higher_is_better)
+        dots = ax.scatter([i + 1 + shift for i in range(n)], ratios, zorder=3,
+                          label=f"{name}: {v.ratio:.2f}x, interval {v.interval}, {v.word}")
+        color = dots.get_facecolor()[0]
+        ax.axhline(v.ratio, color=color, lw=1.2)
+        if not v.reason:
+            ax.axhspan(v.low, v.high, color=color, alpha=0.15, lw=0)
+    ax.set_xlabel("round (each dot: what that round alone would say)")
+    ax.set_ylabel(f"{base} / variant (x)" if not higher_is_better else f"variant / {base} (x)")
+    ax.set_xticks(range(1, n + 1))
+    ax.set_title(title)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
 

@@ -8,41 +8,60 @@ or the same with a fifth item ``make_optimizer(params)`` (Adam, lr 1e-3, by defa
 Method (the course's protocol): every trial is a fresh seeded model in a child process with a
 hard timeout; warm-up (and compilation) is timed apart from steady steps; the device is
 synchronized before each clock read; steady steps are timed in repeated blocks (median and
-spread). Each lever is first tried alone against the baseline; the winners are then combined
-greedily and each combination is measured again. The score is the projected time of the
+spread). Each lever is first tried alone against the baseline; the winners (at least
+``MIN_GAIN`` faster, by more than the spread of either trial) are then combined greedily and
+each combination is measured again. The score is the projected time of the
 planned number of steps *including* warm-up and compilation, so a compile that does not pay
 for itself over the planned run loses. Accuracy guard: the loss after the warm-up steps must
 stay within ``loss_tol`` (a fraction of the starting loss) of the baseline's. A failing trial is
 recorded with its error and the search goes on. No trial starts that the remaining budget
-cannot hold. Output: ``DIR/tune.json``, ``DIR/rows.jsonl`` (helpers.results rows),
+cannot hold (time for the confirmation is kept back). The batch lever repeats the reader's one
+batch, so the guard cannot see what it does to accuracy: its trials say "guard: untested".
+
+Confirmation: the search's front-runner is only a candidate. The baseline and the candidate are
+then measured again in interleaved rounds, each in its own long-lived child process (the two
+take turns; every round a fresh model), and ``helpers.measure.verdict`` decides. The tuner
+recommends the candidate only when the verdict is "faster"; otherwise it says to keep PyTorch's
+defaults on this machine and names the candidate as unconfirmed. Output: ``DIR/tune.json``, ``DIR/rows.jsonl`` (helpers.results rows),
 ``DIR/tune.png`` and a table, plus the lines to apply the winner (``helpers.tune_report``).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from . import devices, system, tune_report
-from .tune_trial import RESULT_MARK, ModelSpecError, Workload, load_workload
+from . import children, devices, measure, system, tune_report
+from .tune_trial import ModelSpecError, Workload, load_workload
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "ipex", "compile")
 DEFAULT_COMPILE_S = {"cpu": 45.0, "cuda": 60.0}
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
-MIN_GAIN = 0.02  # a lever "wins" when it is at least 2% faster than the baseline
+MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
+BATCH_GUARD = ("untested: the batch lever repeats your one batch, so its loss equals the baseline's by "
+               "construction; check accuracy on your real data")
 
 Runner = Callable[[dict[str, Any], float], dict[str, Any]]
+
+
+class Session(Protocol):
+    """Long-lived trial processes, one per name, that answer one trial request at a time."""
+
+    def ask(self, name: str) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+SessionFactory = Callable[[dict[str, dict[str, Any]], float], Session]
 
 
 class TuneError(RuntimeError):
@@ -158,32 +177,50 @@ def child_env(levers: dict[str, Any], topo: system.Topology | None = None) -> di
     return env
 
 
+def _trial_command(levers: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    return [sys.executable, "-m", "helpers.tune_trial"], child_env(levers)
+
+
 def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one trial in ``python -m helpers.tune_trial``; kill it (and its compile workers) on timeout."""
-    env = {**os.environ, **child_env(request.get("levers", {}))}
-    proc = subprocess.Popen([sys.executable, "-m", "helpers.tune_trial"], stdin=subprocess.PIPE,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-                            start_new_session=True)
+    """Run one trial in a child process (``helpers.children``); kill it and its compile workers on timeout."""
+    start = time.monotonic()
     try:
-        out, err = proc.communicate(json.dumps(request), timeout=max(timeout, 1.0))
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed; the budget could not hold it)"}
-    for line in reversed(out.splitlines()):
-        if line.startswith(RESULT_MARK):
-            return json.loads(line[len(RESULT_MARK):])
-    tail = (err.strip().splitlines() or ["no output"])[-1]
-    return {"ok": False, "error": f"the trial process exited with code {proc.returncode}: {tail[:300]}"}
+        with children.Children({"trial": _trial_command(request.get("levers", {}))},
+                               startup_timeout=max(timeout, 1.0)) as kids:
+            return kids.ask("trial", request, timeout=max(1.0, timeout - (time.monotonic() - start)))
+    except children.ChildError as exc:
+        if "within" in str(exc):
+            return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed; the budget could not hold it)"}
+        return {"ok": False, "error": f"the trial process failed: {children.tail(str(exc), 1)[:300]}"}
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    import signal  # noqa: PLC0415
+class ChildSession:
+    """The confirmation's processes: one long-lived ``helpers.tune_trial`` child per request."""
 
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
-    proc.communicate()
+    def __init__(self, requests: dict[str, dict[str, Any]], timeout: float) -> None:
+        self.requests, self.timeout = requests, timeout
+        self.kids = children.Children({name: _trial_command(req.get("levers", {})) for name, req in requests.items()},
+                                      startup_timeout=timeout)
+        self.kids.start()
+
+    def ask(self, name: str) -> dict[str, Any]:
+        return self.kids.ask(name, self.requests[name], timeout=self.timeout)
+
+    def close(self) -> None:
+        self.kids.close()
+
+
+class RunnerSession:
+    """A session made of a single-trial runner (tests, or a runner given to ``tune``)."""
+
+    def __init__(self, runner: Runner, requests: dict[str, dict[str, Any]], timeout: float) -> None:
+        self.runner, self.requests, self.timeout = runner, requests, timeout
+
+    def ask(self, name: str) -> dict[str, Any]:
+        return self.runner(self.requests[name], self.timeout)
+
+    def close(self) -> None:
+        pass
 
 
 def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: int, guard_steps: int,
@@ -200,10 +237,14 @@ def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: in
                  batch_size=raw.get("batch_size"), threads=raw.get("threads"),
                  total_s=raw["warmup_s"] + raw["step_ms"] / 1000 * steps_left,
                  totals_s=[raw["warmup_s"] + s / 1000 * steps_left for s in raw["samples_ms"]])
+    trial["spread_total_s"] = (max(trial["totals_s"]) - min(trial["totals_s"])) if trial["totals_s"] else 0.0
     ref = base_raw or raw
     scale = max(abs(ref["first_loss"]), 1e-12)
     trial["loss_diff"] = abs(raw["guard_loss"] - ref["guard_loss"]) / scale
-    if trial["loss_diff"] > loss_tol:
+    trial["guard"] = "checked"
+    if levers.get("batch"):
+        trial["guard"] = BATCH_GUARD
+    elif trial["loss_diff"] > loss_tol:
         trial["ok"] = False
         trial["error"] = (f"accuracy guard: the loss after {guard_steps} steps differs from the baseline's by "
                           f"{trial['loss_diff']:.1%} of the starting loss (tolerance {loss_tol:.0%})")
@@ -214,12 +255,13 @@ class _Search:
     """The state of one search: budget clock, trials so far, cost estimates."""
 
     def __init__(self, request: dict[str, Any], budget: float, runner: Runner, planned_steps: int,
-                 loss_tol: float, progress: bool, start: float) -> None:
+                 loss_tol: float, progress: bool, start: float, confirm_rounds: int = 0) -> None:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
         self.request, self.budget, self.runner = request, budget, runner
         self.planned_steps, self.loss_tol = planned_steps, loss_tol
         self.start = start
+        self.confirm_rounds = confirm_rounds
         self.trials: list[dict[str, Any]] = []
         self.skipped: list[dict[str, Any]] = []
         self.base_raw: dict[str, Any] | None = None
@@ -230,9 +272,21 @@ class _Search:
         self.bar = tqdm(total=round(budget), unit="s", desc="tune", **({"disable": True} if off else {}),
                         bar_format="{desc}: {n:.0f}/{total:.0f} s of budget |{bar}| {postfix}")
 
-    def left(self) -> float:
-        """Seconds of budget left for trials (a little is kept for writing the report)."""
-        return self.budget - REPORT_RESERVE_S - (time.perf_counter() - self.start)
+    def left(self, reserve: bool = True) -> float:
+        """Seconds of budget left for trials: a little is kept for writing the report and, with
+        ``reserve``, enough for the confirmation rounds of a candidate as costly as the baseline."""
+        kept = REPORT_RESERVE_S
+        if reserve and self.base_raw is not None and self.confirm_rounds:
+            kept += measure.MIN_ROUNDS * self.confirm_round_s(None)
+        return self.budget - kept - (time.perf_counter() - self.start)
+
+    def confirm_round_s(self, candidate: dict[str, Any] | None) -> float:
+        """Seconds one confirmation round takes: the baseline's trial and the candidate's, in
+        processes already running (no start-up), compilation at most once per round."""
+        base = float(self.base_raw.get("child_s", self.base_wall)) if self.base_raw else 0.0
+        if candidate is None:
+            return 2 * base
+        return base + (candidate.get("child_s") or candidate.get("wall_s") or base)
 
     def estimate(self, levers: dict[str, Any]) -> float:
         """Seconds a trial will probably take, from what has been measured so far."""
@@ -260,6 +314,7 @@ class _Search:
         wall = time.perf_counter() - t0
         trial = make_trial(levers, raw, planned_steps=self.planned_steps, guard_steps=self.request["guard_steps"],
                            base_raw=self.base_raw, loss_tol=self.loss_tol, stage=stage, wall_s=wall)
+        trial["child_s"] = raw.get("child_s")
         if self.base_raw is None and raw.get("ok"):
             self.base_raw, self.base_wall = raw, wall
         if levers.get("compile") and raw.get("warmup_s") is not None:
@@ -274,14 +329,22 @@ def _speedup(base: dict[str, Any], trial: dict[str, Any]) -> float:
     return base["total_s"] / trial["total_s"] if trial.get("ok") and trial.get("total_s") else 0.0
 
 
+def is_winner(base: dict[str, Any], trial: dict[str, Any]) -> bool:
+    """A trial beats the baseline only when it is ``MIN_GAIN`` faster over the planned steps and the
+    time it saves is larger than the spread of either trial's timed blocks (else it is noise)."""
+    if not trial.get("ok") or trial is base or _speedup(base, trial) < 1 + MIN_GAIN:
+        return False
+    gain = base["total_s"] - trial["total_s"]
+    return gain > max(base.get("spread_total_s", 0.0), trial.get("spread_total_s", 0.0))
+
+
 def _combine(search: _Search, singles: list[dict[str, Any]]) -> None:
     """Greedy: start from the best single lever, add the next winners one by one, keep what helps."""
     base = search.trials[0]
     best_per_kind: dict[str, dict[str, Any]] = {}
     for t in singles:
         kind = next(iter(t["levers"]))
-        if _speedup(base, t) >= 1 + MIN_GAIN and (kind not in best_per_kind
-                                                    or t["total_s"] < best_per_kind[kind]["total_s"]):
+        if is_winner(base, t) and (kind not in best_per_kind or t["total_s"] < best_per_kind[kind]["total_s"]):
             best_per_kind[kind] = t
     winners = sorted(best_per_kind.values(), key=lambda t: t["total_s"])
     if len(winners) < 2:
@@ -289,20 +352,74 @@ def _combine(search: _Search, singles: list[dict[str, Any]]) -> None:
     current = winners[0]
     for w in winners[1:]:
         trial = search.run({**current["levers"], **w["levers"]}, "combined")
-        if trial is not None and trial["ok"] and trial["total_s"] < current["total_s"]:
+        if trial is not None and is_winner(current, trial):
             current = trial
+
+
+def confirm(search: _Search, candidate: dict[str, Any], session_factory: SessionFactory | None,
+            rounds: int) -> dict[str, Any]:
+    """Re-measure the baseline and ``candidate`` in interleaved rounds in two long-lived processes.
+
+    Every round each process trains a fresh seeded model (warm-up and compile included in its
+    projected total, as in the search). Returns ``{"ratio", "low", "high", "word", "rounds",
+    "reruns", "baseline_s", "candidate_s"}`` with the verdict of ``helpers.measure.verdict`` on the
+    projected totals, or ``{"word": "not confirmed", "reason": ...}`` when the budget or a child failed.
+    """
+    base = search.trials[0]
+    per_round = search.confirm_round_s(candidate)
+    affordable = int(search.left(reserve=False) // per_round) if per_round > 0 else rounds
+    rounds = min(rounds, affordable)
+    if rounds < measure.MIN_ROUNDS:
+        return {"word": "not confirmed", "rounds": 0,
+                "reason": f"the budget left room for {max(rounds, 0)} confirmation rounds; a verdict needs "
+                          f"{measure.MIN_ROUNDS} (about {per_round * measure.MIN_ROUNDS:.0f} s): give a larger budget"}
+    requests = {"baseline": {**search.request, "levers": {}},
+                "candidate": {**search.request, "levers": candidate["levers"]}}
+    timeout = max(30.0, 3 * per_round)
+    factory = session_factory or ChildSession
+    steps = search.planned_steps
+
+    def total(name: str, session: Session) -> Callable[[], float]:
+        def run() -> float:
+            raw = session.ask(name)
+            if not raw.get("ok"):
+                raise TuneError(f"confirmation: the {name} trial failed: {raw.get('error')}")
+            t = make_trial(requests[name]["levers"], raw, planned_steps=steps, guard_steps=search.request["guard_steps"],
+                           base_raw=None, loss_tol=search.loss_tol, stage="confirm", wall_s=0.0)
+            return float(t["total_s"])
+        return run
+
+    search.bar.set_postfix_str(f"confirming {candidate['label']}")
+    try:
+        session = factory(requests, timeout)
+    except children.ChildError as exc:
+        return {"word": "not confirmed", "rounds": 0, "reason": f"the confirmation processes failed: {exc}"}
+    try:
+        got = measure.interleaved({n: total(n, session) for n in requests}, rounds, progress=False)
+    except (TuneError, children.ChildError) as exc:
+        return {"word": "not confirmed", "rounds": 0, "reason": str(exc)}
+    finally:
+        session.close()
+    v = got.verdict("candidate", "baseline")
+    return {"ratio": v.ratio, "low": v.low, "high": v.high, "word": v.word, "rounds": v.rounds,
+            "reruns": got.reruns, "reason": v.reason,
+            "baseline_s": got.samples["baseline"], "candidate_s": got.samples["candidate"]}
 
 
 def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget: float = 300.0,
          out: str | Path | None = None, kinds: Sequence[str] | None = None, loss_tol: float = 0.05,
          guard_steps: int = 10, repeats: int = 3, block_s: float = 0.25, seed: int = 0,
          runner: Runner | None = None, progress: bool = True, chapter: str = "tune",
-         started: float | None = None) -> dict[str, Any]:
+         started: float | None = None, confirm_rounds: int | None = None,
+         session_factory: SessionFactory | None = None) -> dict[str, Any]:
     """Search the levers for ``model`` (``FILE.py:FUNC``) and return the tune.json report.
 
     With ``out``, writes ``out/tune.json``, ``out/rows.jsonl`` and ``out/tune.png``. ``kinds``
     limits the lever kinds (see ``KINDS``). ``runner`` replaces the child-process runner (tests).
     ``started`` is the ``time.perf_counter()`` the budget counts from (default: now).
+    ``confirm_rounds`` (default ``measure.ROUNDS``) interleaved rounds confirm the front-runner
+    against the baseline; ``session_factory`` replaces their child processes (tests; by default a
+    given ``runner`` is used for them too).
     Raises TuneError for a model spec, device or baseline the reader has to fix.
     """
     started = time.perf_counter() if started is None else started
@@ -316,7 +433,9 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     cands, skipped = plan_levers(work, dev, kinds)
     request = {"model": model, "device": str(dev), "guard_steps": guard_steps, "repeats": repeats,
                "block_s": block_s, "seed": seed}
-    search = _Search(request, budget, runner or subprocess_runner, planned_steps, loss_tol, progress, started)
+    confirm_rounds = measure.ROUNDS if confirm_rounds is None else confirm_rounds
+    search = _Search(request, budget, runner or subprocess_runner, planned_steps, loss_tol, progress, started,
+                     confirm_rounds)
     search.skipped += skipped
     base = search.run({}, "baseline")
     if base is None or not base["ok"]:
@@ -328,31 +447,49 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
                         f"{base['error'] if base else 'no budget'}. Check that {model} trains as written.")
     singles = [t for t in (search.run(c, "single") for c in cands) if t is not None]
     _combine(search, singles)
+    candidate = front_runner(search.trials)
+    confirmed = None
+    if candidate is not None:
+        if session_factory is None and runner is not None:
+            session_factory = lambda reqs, timeout: RunnerSession(runner, reqs, timeout)  # noqa: E731
+        confirmed = confirm(search, candidate, session_factory, confirm_rounds)
     search.bar.close()
-    report = _report(search, model, dev, planned_steps, budget, kinds)
+    report = _report(search, model, dev, planned_steps, budget, kinds, candidate, confirmed)
     if out is not None:
         tune_report.write_outputs(report, Path(out), chapter=chapter)
     return report
 
 
+def front_runner(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The trial with the lowest projected total among those that beat the baseline (``is_winner``)."""
+    base = trials[0]
+    winners = [t for t in trials[1:] if is_winner(base, t)]
+    return min(winners, key=lambda t: t["total_s"]) if winners else None
+
+
 def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, budget: float,
-            kinds: Sequence[str] | None) -> dict[str, Any]:
+            kinds: Sequence[str] | None, candidate: dict[str, Any] | None,
+            confirmed: dict[str, Any] | None) -> dict[str, Any]:
     base = search.trials[0]
-    ok = [t for t in search.trials if t["ok"]]
-    best = min(ok, key=lambda t: t["total_s"])
     for t in search.trials:
         t["speedup"] = _speedup(base, t) or None
+    if candidate is not None and confirmed is not None and confirmed.get("word") == "faster":
+        best = {"label": candidate["label"], "levers": candidate["levers"], "speedup": confirmed["ratio"],
+                "total_s": base["total_s"] / confirmed["ratio"], "confirmed": confirmed}
+    else:
+        best = {"label": "baseline", "levers": {}, "speedup": 1.0, "total_s": base["total_s"],
+                "confirmed": confirmed or {"word": "no candidate", "rounds": 0,
+                                           "reason": "no lever beat the baseline by more than its spread in the search"},
+                "unconfirmed": ({"label": candidate["label"], "levers": candidate["levers"],
+                                 "search_speedup": _speedup(base, candidate)} if candidate else None)}
     return {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
             "planned_steps": planned_steps, "budget_s": budget,
             "elapsed_s": round(time.perf_counter() - search.start, 1),
             "guard_steps": search.request["guard_steps"], "loss_tol": search.loss_tol,
             "kinds": list(kinds) if kinds else list(KINDS), "torch": torch.__version__,
             "optimizer": search.base_raw.get("optimizer") if search.base_raw else None,
-            "load_average": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
             "logical_cores": os.cpu_count(),
-            "baseline": base, "trials": search.trials, "skipped": search.skipped,
-            "best": {"label": best["label"], "levers": best["levers"], "speedup": base["total_s"] / best["total_s"],
-                     "total_s": best["total_s"]}}
+            "baseline": base, "trials": search.trials, "skipped": search.skipped, "best": best}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

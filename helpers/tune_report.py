@@ -20,24 +20,39 @@ def short_name(report: dict[str, Any]) -> str:
 
 
 def busy_note(report: dict[str, Any]) -> str:
-    """A warning when other work shared the CPU during the search ('' otherwise)."""
-    load, cores = report.get("load_average"), report.get("logical_cores")
-    if load is None or not cores or load <= cores:
+    """A warning when other processes took CPU time during the confirmation rounds ('' otherwise)."""
+    conf = report["best"].get("confirmed") or {}
+    if not conf.get("reruns"):
         return ""
-    return (f"Note: the machine was busy during this search (load average {load:.1f} on {cores} logical cores): "
-            "other processes competed for the cores, which slows multi-threaded steps most. "
-            "Re-run on a quiet machine before trusting the thread levers.")
+    return (f"Note: {conf['reruns']} confirmation round(s) were measured again because other processes took "
+            "CPU time while they ran; on a quiet machine the verdict is more often decisive.")
+
+
+def confirmation_line(report: dict[str, Any]) -> str:
+    """One sentence: what the interleaved confirmation found, or why there was none."""
+    best = report["best"]
+    conf = best.get("confirmed") or {}
+    if conf.get("word") in (None, "no candidate"):
+        return "No lever beat the baseline by more than its own spread in the search: nothing to confirm."
+    if conf.get("word") == "not confirmed":
+        return f"Not confirmed: {conf.get('reason', '')}"
+    name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")
+    return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a fresh process-held "
+            f"model: {conf['ratio']:.2f}x (95% interval {conf['low']:.2f}-{conf['high']:.2f}): {conf['word']}.")
 
 
 def table(report: dict[str, Any]) -> Table:
     """Every trial: levers, ok, step time (median, spread), warm-up, projected total, speed-up, loss check."""
     t = Table(["trial", "stage", "ok", "batch", "step (ms)", "spread (ms)", "warm-up (s)",
-               f"total for {report['planned_steps']} steps (s)", "speed-up (x)", "loss diff (% of start)", "error"],
+               f"total for {report['planned_steps']} steps (s)", "search speed-up (x)", "loss diff (% of start)", "error"],
               title=f"Tuning {short_name(report)} on {report['device']}")
     for tr in report["trials"]:
         t.add(tr["label"], tr["stage"], "yes" if tr["ok"] else "no", tr.get("batch_size"), tr["step_ms"],
               tr["spread_ms"], tr["warmup_s"], tr["total_s"], tr.get("speedup"),
-              None if tr["loss_diff"] is None else 100 * tr["loss_diff"], tr["error"][:80])
+              "untested" if str(tr.get("guard", "")).startswith("untested")
+              else None if tr["loss_diff"] is None else 100 * tr["loss_diff"], tr["error"][:80])
+    t.note = ("search speed-up: one trial each, not a verdict; only the confirmation below decides. "
+              + confirmation_line(report))
     return t
 
 
@@ -63,7 +78,7 @@ def figure(report: dict[str, Any]) -> Any:
     ax.set_yticks(range(len(trials)), [t["label"] for t in trials], fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel(f"speed-up over {report['planned_steps']} planned steps, warm-up/compile included (x)")
-    ax.set_title(f"{short_name(report)} on {report['device']}: green = best, purple = combined", fontsize=9)
+    ax.set_title(f"{short_name(report)} on {report['device']}: green = recommended (confirmed), purple = combined", fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -119,19 +134,26 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
 
 
 def summary(report: dict[str, Any]) -> str:
-    """The table, the best set of levers with its speed-up, and the lines to apply it, as text."""
+    """The table, the confirmation, and the recommendation with the lines to apply it, as text."""
     best = report["best"]
     lines = [str(table(report)), ""]
     for s in report["skipped"]:
         lines.append(f"skipped {s['label']}: {s['reason']}")
-    lines.append(f"\nbest: {best['label']} -- {best['speedup']:.2f}x faster than the baseline over "
-                 f"{report['planned_steps']} planned steps ({best['total_s']:.1f} s vs "
-                 f"{report['baseline']['total_s']:.1f} s, warm-up and compile included)")
+    lines.append("")
+    lines.append(confirmation_line(report))
     if busy_note(report):
         lines.append(busy_note(report))
     if not best["levers"]:
-        lines.append("Nothing measured here beat PyTorch's defaults: keep your script as it is.")
+        cand = best.get("unconfirmed")
+        lines.append("Recommendation: keep PyTorch's defaults on this machine."
+                     + (f" The search's front-runner, {cand['label']} ({cand['search_speedup']:.2f}x in the search), "
+                        "is unconfirmed: not recommended." if cand else ""))
         return "\n".join(lines)
+    lines.append(f"Recommendation: {best['label']}, {best['speedup']:.2f}x faster than the baseline over "
+                 f"{report['planned_steps']} planned steps (confirmed; warm-up and compile included).")
+    trial = next((t for t in report["trials"] if t["label"] == best["label"]), {})
+    if trial.get("guard", "").startswith("untested"):
+        lines.append(f"Accuracy guard: {trial['guard']}.")
     how = apply_lines(best["levers"], report["device"], report.get("optimizer") or "Adam")
     if how["env"]:
         lines += ["\nenvironment (set before Python starts):", *("  export " + e for e in how["env"])]
@@ -203,41 +225,46 @@ def break_even_steps(base: dict[str, Any], trial: dict[str, Any]) -> float | Non
 
 
 def explain(report: dict[str, Any]) -> list[str]:
-    """Sentences about this run, each one computed from its numbers (why the winner won, what lost)."""
+    """Sentences about this run, each computed from its numbers. Reasons why a lever helps are
+    given only for a recommendation the confirmation found "faster"; single search trials are
+    described as what they are (one measurement each, unconfirmed)."""
     base = report["baseline"]
     best = report["best"]
     planned = report["planned_steps"]
-    by_kind: dict[str, list[dict[str, Any]]] = {}
-    for t in report["trials"]:
-        if t["stage"] == "single":
-            by_kind.setdefault(next(iter(t["levers"])), []).append(t)
-    out = [f"Best: {best['label']}, {best['speedup']:.2f}x over {planned} planned steps."]
+    out = [confirmation_line(report)]
+    if best["levers"]:
+        out.append(f"Recommended: {best['label']}, {best['speedup']:.2f}x over {planned} planned steps (confirmed).")
+    else:
+        out.append("Recommended: PyTorch's defaults (nothing was confirmed faster on this machine).")
     if busy_note(report):
         out.append(busy_note(report))
-    for kind, trials in by_kind.items():
-        for t in trials:
-            if not t["ok"]:
-                out.append(f"{t['label']} failed and was left out: {t['error'][:120]}")
-                continue
-            sp = t["speedup"] or 0.0
-            verdict = "helped" if sp >= 1.02 else "made no measurable difference" if sp > 0.98 else "hurt"
-            line = f"{t['label']} {verdict} ({sp:.2f}x; step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms"
-            line += f", warm-up {t['warmup_s']:.1f} vs {base['warmup_s']:.1f} s)."
-            if kind == "compile":
-                be = break_even_steps(base, t)
-                line += (f" Its steps are faster: it pays for its compile after about {be:,.0f} steps"
-                         f" ({'within' if be <= planned else 'more than'} the {planned} planned)." if be is not None
-                         else " Its steady steps are not faster here, so the compile time is never paid back.")
-            elif kind == "threads" and sp >= 1.02:
-                line += (" Fewer threads won: the operations are too small to split well across cores, "
-                         "or other processes are using the cores at the same time.")
-            elif kind == "autocast":
-                line += _autocast_note(t, sp, report["device"])
-            elif kind == "batch":
-                line += (" A bigger batch does the same work in fewer, larger steps; it changes training"
-                         " dynamics, so check accuracy and the learning rate before keeping it.")
-            out.append(line)
+    won = set(best["levers"])
+    for t in report["trials"]:
+        if t["stage"] != "single":
+            continue
+        kind = next(iter(t["levers"]))
+        if not t["ok"]:
+            out.append(f"{t['label']} failed and was left out: {t['error'][:120]}")
+            continue
+        sp = t["speedup"] or 0.0
+        line = (f"{t['label']}: {sp:.2f}x in its one search trial (step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms, "
+                f"warm-up {t['warmup_s']:.1f} vs {base['warmup_s']:.1f} s)")
+        line += "; confirmed as part of the recommendation." if kind in won and best["levers"].get(kind) == t["levers"][kind] \
+            else "; not confirmed, so no conclusion."
+        if kind == "compile":
+            be = break_even_steps(base, t)
+            line += (f" If its faster steps hold, it pays for its compile after about {be:,.0f} steps." if be is not None
+                     else " Its steady steps were not faster, so its compile time would never be paid back.")
+        elif kind == "batch":
+            line += f" Accuracy guard: {BATCH_NOTE}."
+        elif kind == "autocast" and kind in won:
+            line += _autocast_note(t, sp, report["device"])
+        out.append(line)
     return out
+
+
+BATCH_NOTE = ("untested (the batch lever repeats your one batch, so its loss matches the baseline's by construction); "
+              "a bigger batch changes training dynamics: re-check the learning rate and accuracy")
 
 
 def _autocast_note(trial: dict[str, Any], speedup: float, device: str) -> str:
@@ -248,6 +275,6 @@ def _autocast_note(trial: dict[str, Any], speedup: float, device: str) -> str:
     if trial["levers"].get("autocast") == "bf16":
         hw = ("this CPU has AMX" if flags.get("amx") else "this CPU has AVX512-BF16 but no AMX"
               if flags.get("native_bf16") else "this CPU has no native bf16 instructions")
-        return f" ({hw}; the casts to and from bf16 cost time that small layers do not win back.)" \
-            if speedup < 1.02 else f" ({hw}; half the bytes per value and faster bf16 arithmetic.)"
+        return f" ({hw}; half the bytes per value and bf16 arithmetic in hardware.)" if flags.get("native_bf16") or \
+        flags.get("amx") else f" ({hw}: a bf16 win here comes from moving half the bytes.)"
     return ""

@@ -1,9 +1,11 @@
 """One tuning trial: a reader's model trained for a few steps with a set of levers, timed.
 
-``helpers.tune`` runs every trial through ``python -m helpers.tune_trial`` in a child process
-(OpenMP reads its settings at start-up, and a compile cannot be interrupted in-process, so the
-parent kills the child when the trial overruns). The child reads a JSON request on stdin and
-prints one line ``TUNE_TRIAL_RESULT {json}`` on stdout.
+``helpers.tune`` runs every trial in a child process, ``python -m helpers.tune_trial``, a child
+of the course's one runner (``helpers.children``): OpenMP reads its settings at start-up, and a
+compile cannot be interrupted in-process, so the parent kills the child's process group when
+a trial overruns. Each JSON request line is one trial on a fresh seeded model; the answer is
+one ``RESULT {json}`` line. The confirmation rounds keep two such children alive and let them
+take turns.
 
 A model is named ``FILE.py:FUNC`` (or ``package.module:FUNC``); ``FUNC()`` returns
 ``(model, inputs, targets, loss_fn)`` or ``(model, inputs, targets, loss_fn, make_optimizer)``,
@@ -23,7 +25,6 @@ import contextlib
 import importlib
 import importlib.util
 import inspect
-import json
 import math
 import statistics
 import sys
@@ -44,7 +45,6 @@ from torch import nn  # noqa: E402
 from . import devices
 from .seeds import set_seed
 
-RESULT_MARK = "TUNE_TRIAL_RESULT "
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
@@ -251,9 +251,9 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
-def main() -> int:
-    """Child-process entry point: JSON request on stdin, one result line on stdout."""
-    request = json.loads(sys.stdin.read())
+def handle(request: dict[str, Any]) -> dict[str, Any]:
+    """One trial from a request dict (model, levers, device, guard_steps, repeats, block_s, seed);
+    a failing lever is a result (``ok`` False with the error), not a crash."""
     start = time.perf_counter()
     try:
         import warnings  # noqa: PLC0415
@@ -264,10 +264,17 @@ def main() -> int:
                                guard_steps=int(request.get("guard_steps", 10)),
                                repeats=int(request.get("repeats", 3)),
                                block_s=float(request.get("block_s", 0.25)), seed=int(request.get("seed", 0)))
-    except Exception as exc:  # a failing lever is a result, not a crash
+    except Exception as exc:
         result = {"ok": False, "error": short_error(exc), "trace": traceback.format_exc()[-2000:]}
     result["child_s"] = time.perf_counter() - start
-    print(RESULT_MARK + json.dumps(result), flush=True)
+    return result
+
+
+def main() -> int:
+    """Child-process entry point (``helpers.children`` protocol): one trial per request line."""
+    from .children import serve  # noqa: PLC0415
+
+    serve(handle)
     return 0
 
 

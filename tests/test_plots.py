@@ -5,7 +5,7 @@ matplotlib.use("Agg")
 import pytest  # noqa: E402
 
 from helpers import plots  # noqa: E402
-from helpers.measure import Result  # noqa: E402
+from helpers.measure import Result, Rounds  # noqa: E402
 
 
 def test_speedup_bars():
@@ -27,3 +27,27 @@ def test_tradeoff_and_phases():
     assert [round(p.get_width()) for p in fig.axes[0].patches] == [25, 75]
     with pytest.raises(ValueError):
         plots.phase_bars({})
+
+
+def _rounds(base, variant):
+    n = len(base)
+    return Rounds(["a", "b"], {"a": list(base), "b": list(variant)}, {"a": [{}] * n, "b": [{}] * n})
+
+
+def test_round_ratios_dots_line_and_band():
+    fig = plots.round_ratios(_rounds([2.0] * 8, [1.0] * 8))
+    ax = fig.axes[0]
+    assert [y for _, y in ax.collections[0].get_offsets()] == [2.0] * 8  # one dot per round: a/b
+    assert len(ax.patches) == 1  # the interval band
+    assert "faster" in ax.get_legend().get_texts()[0].get_text()
+    faster = plots.round_ratios(_rounds([2.0] * 8, [1.0] * 8), higher_is_better=True)
+    assert [y for _, y in faster.axes[0].collections[0].get_offsets()] == [0.5] * 8
+
+
+def test_round_ratios_no_band_with_too_few_rounds_and_clear_errors():
+    fig = plots.round_ratios(_rounds([1.0, 1.1, 0.9], [1.0, 1.0, 1.0]))
+    assert len(fig.axes[0].patches) == 0 and len(fig.axes[0].collections[0].get_offsets()) == 3
+    with pytest.raises(ValueError, match="baseline"):
+        plots.round_ratios(_rounds([1.0], [1.0]), baseline="c")
+    with pytest.raises(ValueError, match="not usable"):
+        plots.round_ratios(_rounds([1.0], [1.0]), variants=["a"])
