@@ -277,7 +277,7 @@ class _Search:
         ``reserve``, enough for the confirmation rounds of a candidate as costly as the baseline."""
         kept = REPORT_RESERVE_S
         if reserve and self.base_raw is not None and self.confirm_rounds:
-            kept += measure.MIN_ROUNDS * self.confirm_round_s(None)
+            kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * self.confirm_round_s(None)
         return self.budget - kept - (time.perf_counter() - self.start)
 
     def confirm_round_s(self, candidate: dict[str, Any] | None) -> float:
@@ -368,11 +368,12 @@ def confirm(search: _Search, candidate: dict[str, Any], session_factory: Session
     base = search.trials[0]
     per_round = search.confirm_round_s(candidate)
     affordable = int(search.left(reserve=False) // per_round) if per_round > 0 else rounds
-    rounds = min(rounds, affordable)
-    if rounds < measure.MIN_ROUNDS:
+    needed = min(rounds, measure.MIN_ROUNDS)
+    if affordable < needed:
         return {"word": "not confirmed", "rounds": 0,
-                "reason": f"the budget left room for {max(rounds, 0)} confirmation rounds; a verdict needs "
+                "reason": f"the budget left room for {max(affordable, 0)} confirmation rounds; a verdict needs "
                           f"{measure.MIN_ROUNDS} (about {per_round * measure.MIN_ROUNDS:.0f} s): give a larger budget"}
+    rounds = min(rounds, affordable)
     requests = {"baseline": {**search.request, "levers": {}},
                 "candidate": {**search.request, "levers": candidate["levers"]}}
     timeout = max(30.0, 3 * per_round)

@@ -282,11 +282,23 @@ def test_confirmation_recommends_a_real_gain(model_file: Path) -> None:
     assert math.isclose(report["best"]["speedup"], conf["ratio"]) and conf["low"] <= conf["ratio"] <= conf["high"]
 
 
-def test_too_small_a_budget_confirms_nothing(model_file: Path) -> None:
+def test_too_few_rounds_or_too_small_a_budget_confirm_nothing(model_file: Path) -> None:
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=60, confirm_rounds=3,
                        runner=fake_runner({"baseline": 10.0, "opt:fused": 7.0}), progress=False)
-    assert report["best"]["levers"] == {} and report["best"]["confirmed"]["word"] == "not confirmed"
-    assert "give a larger budget" in report["best"]["confirmed"]["reason"]
+    conf = report["best"]["confirmed"]
+    assert report["best"]["levers"] == {} and conf["word"] == "no measurable difference" and conf["rounds"] == 3
+    assert "at least 6" in conf["reason"]  # measured, but too few rounds for any verdict
+    plain = fake_runner({"baseline": 10.0, "opt:fused": 7.0})
+
+    def costly_candidate(request, timeout):  # the candidate's trial takes 6x the baseline's
+        time.sleep(0.6 if request["levers"] else 0.1)
+        return plain(request, timeout)
+
+    # the search keeps back room for confirming a candidate as cheap as the baseline, not this one
+    report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=6.4,
+                       runner=costly_candidate, progress=False)
+    conf = report["best"]["confirmed"]
+    assert conf["word"] == "not confirmed" and "give a larger budget" in conf["reason"], report
 
 
 def test_a_gain_inside_the_spread_is_not_a_winner() -> None:
