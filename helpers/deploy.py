@@ -1,11 +1,14 @@
 """Serve a trained model with other engines: ``python -m helpers.deploy``.
 
 Exports a PyTorch model to ONNX with ``torch.onnx.export`` and runs the same fixed batch
-in PyTorch eager, ONNX Runtime and OpenVINO. Per engine it reports throughput (images/s)
-and latency (median and min-max of timed calls, warm-up kept apart), the export and
-load/compile time, the output agreement with PyTorch eager in fp32 (largest absolute
-difference, share of equal top-1 classes) and the precision the engine really ran in
-(OpenVINO's CPU plugin picks bf16 by itself on CPUs with AVX512-BF16 or AMX).
+in PyTorch eager, ONNX Runtime and OpenVINO, in interleaved rounds (``helpers.measure``):
+every round builds each engine's session afresh, makes its first call (reported apart),
+its warm-up calls, then its timed calls, the engines taking turns in rotated order. Per engine
+it reports throughput (images/s) and latency (median over rounds, min-max), the speed-up over
+the baseline with the interval and verdict of ``helpers.measure.verdict``, the export and
+load/compile time, the output agreement with PyTorch eager in fp32 on a set of at least 32
+inputs (largest absolute difference, share of equal top-1 classes) and the precision the
+engine really ran in (OpenVINO's CPU plugin picks bf16 by itself on CPUs with AVX512-BF16 or AMX).
 
 Engines are imported inside the functions that use them, so ``import helpers`` stays
 light and a missing engine gives one message saying how to install it.
@@ -36,7 +39,8 @@ import torch
 from torch import nn
 
 from . import devices, models, results, system
-from .measure import Result, time_fn
+from . import measure
+from .measure import Result
 from .tables import Table
 
 ENGINES: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
@@ -66,8 +70,9 @@ NOT_RUNNABLE: dict[str, tuple[str, str]] = {
         "python -m helpers.bench --device ocl:0 once bench accepts it (or the blog's validate_network.py)."),
     "TensorFlow 2 / Keras": (
         "A second framework with its own models: not a PyTorch engine, and not in the course's environment.",
-        "In a separate TensorFlow environment: build keras.applications models with the same input size, "
-        "time model.predict_on_batch (warm-up apart, median of repeats) and compare ratios, not ms."),
+        "In a separate TensorFlow environment: build the keras.applications model at the same input size and "
+        "batch, compile it with an optimizer and loss, and time model.train_on_batch(x, y) (a full training "
+        "step: forward, loss, gradients, update), warm-up apart, interleaved with the PyTorch step; compare ratios, not ms."),
 }
 
 
@@ -102,9 +107,12 @@ class EngineResult:
     top1_agreement: float
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    agreement_n: int = 0
+    rounds: measure.Rounds | None = None
 
     @property
     def latency_ms(self) -> float:
+        """Median over rounds of each round's median call latency, in ms."""
         return 1e3 * statistics.median(self.latencies)
 
     @property
@@ -178,8 +186,9 @@ def build_model(name: str, *, size: tuple[int, int] | None = None, checkpoint: s
     elif key == BLOG_MODEL:
         model = models.torchvision_model("resnet18", num_classes=num_classes)
         shape = (3, *(size or (224, 384)))
-        label = ("STAND-IN for the blog's YOLOX-tiny (not a pinned dependency): torchvision resnet18, "
-                 "about the same compute at 384x224 (~3.1 vs ~3.2 GMAC)")
+        label = ("STAND-IN for the blog's YOLOX-tiny (not a pinned dependency): torchvision resnet18, about 3.1 GMAC "
+                 "per 384x224 image; YOLOX-tiny's published 6.45 GFLOPs (3.2 GMAC) are at 416x416, about 1.6 GMAC at "
+                 "384x224, so the stand-in does about twice the work")
     elif key.startswith("timm:"):
         timm = import_engine("timm")
         model = timm.create_model(name[5:], pretrained=False, num_classes=num_classes)
@@ -370,76 +379,127 @@ def _variant(engine: str, target: str, hint: str | None) -> str:
     return f"{engine}{f':{hint}' if hint else ''}{suffix}"
 
 
+AGREEMENT_INPUTS = 32  # agreement is judged on at least this many inputs, never on one sample
+
+
+def _agreement_set(x: np.ndarray, seed: int = 1) -> np.ndarray:
+    """The timed batch plus seeded random inputs, at least ``AGREEMENT_INPUTS`` rows, a multiple of the batch
+    (a static export accepts only its own batch size)."""
+    batch = x.shape[0]
+    chunks = max(1, -(-AGREEMENT_INPUTS // batch))
+    extra = fixed_batch(x.shape[1:], batch * (chunks - 1), seed=seed) if chunks > 1 else x[:0]
+    return np.concatenate([x, extra])
+
+
+def _run_chunked(run: Runner, inputs: np.ndarray, batch: int) -> np.ndarray:
+    return np.concatenate([run(inputs[i:i + batch]) for i in range(0, len(inputs), batch)])
+
+
 def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = ENGINES, device: str = "cpu",
-            precision: str | None = None, repeats: int = 10, warmup: int = 3, workdir: str | Path | None = None,
-            dynamic_batch: bool = False, inputs: np.ndarray | None = None) -> list[EngineResult]:
-    """Export ``spec.model`` once, then time every engine on the same fixed batch against eager fp32."""
+            precision: str | None = None, repeats: int = 5, warmup: int = 3, workdir: str | Path | None = None,
+            dynamic_batch: bool = False, inputs: np.ndarray | None = None, rounds: int | None = None,
+            also_dynamic: bool = False, progress: bool = True) -> list[EngineResult]:
+    """Export ``spec.model`` once, then time every engine on the same fixed batch, in interleaved rounds.
+
+    Each round (``rounds``, default ``measure.ROUNDS``) every engine, in rotated order, builds a
+    fresh session, makes one first call (timed apart: lazy set-up), ``warmup`` untimed calls and
+    ``repeats`` timed calls; the round's value is their median. Agreement with PyTorch eager fp32
+    is measured once per engine on at least ``AGREEMENT_INPUTS`` inputs. ``also_dynamic`` adds,
+    for every ONNX engine, a variant exported with a dynamic batch axis, in the same rounds.
+    """
     if device not in DEVICES:
         raise DeployError(f"Unknown --device {device!r}; choose from {', '.join(DEVICES)}.")
-    if batch < 1 or repeats < 1 or warmup < 0:
-        raise DeployError("batch and repeats must be >= 1 and warmup >= 0")
+    if batch < 1 or repeats < 1 or warmup < 0 or (rounds is not None and rounds < 1):
+        raise DeployError("batch, repeats and rounds must be >= 1 and warmup >= 0")
     chosen = [(e, h or (precision if e == "openvino" else None)) for e, h in parse_engines(engines)]
-    targets = _targets(chosen, device)
+    targets = [(e, t, h, dynamic_batch) for e, t, h in _targets(chosen, device)]
+    if also_dynamic:
+        targets += [(e, t, h, not dynamic_batch) for e, t, h, _ in targets if e != "eager"]
     x = inputs if inputs is not None else fixed_batch(spec.input_shape, batch)
     batch = x.shape[0]
-    reference = eager_runner(spec.model, "cpu", None)[0](x)
-    export_s = 0.0
+    check = _agreement_set(x)
+    reference = _run_chunked(eager_runner(spec.model, "cpu", None)[0], check, batch)
+    exports: dict[bool, tuple[Path, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        onnx_path = Path(workdir or tmp) / f"{spec.name.replace(':', '_')}.onnx"
-        if any(e != "eager" for e, _, _ in targets):
-            onnx_path.parent.mkdir(parents=True, exist_ok=True)
-            export_s = export_onnx(spec.model, torch.from_numpy(x), onnx_path, dynamic_batch=dynamic_batch)
-        out = []
-        for engine, target, hint in targets:
-            start = time.perf_counter()
-            if engine == "eager":
-                run, used = eager_runner(spec.model, target, hint)
-            elif engine == "onnxruntime":
-                run, used = onnxruntime_runner(onnx_path, target)
-            else:
-                run, used = openvino_runner(onnx_path, target, hint)
-            load_s = time.perf_counter() - start
-            diff, top1 = agreement(run(x), reference)
-            sync = target if engine == "eager" else "cpu"
-            timed = time_fn(lambda: run(x), repeats=repeats, warmup=warmup, device=sync)
-            out.append(EngineResult(_variant(engine, target, hint), engine, target, used, batch, timed.samples,
-                                    timed.warmup, 0.0 if engine == "eager" else export_s, load_s, diff, top1,
-                                    extra={"loadavg_1min": _load()}))
-            del run  # one engine's thread pool at a time: an idle pool can still compete for the cores
-            gc.collect()
+        folder = Path(workdir or tmp)
+        folder.mkdir(parents=True, exist_ok=True)
+        for dyn in sorted({d for e, _, _, d in targets if e != "eager"}):
+            path = folder / f"{spec.name.replace(':', '_')}{'_dynamic' if dyn else ''}.onnx"
+            exports[dyn] = (path, export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=dyn))
+        state: dict[str, dict[str, Any]] = {}
+
+        def variant(name: str, engine: str, target: str, hint: str | None, dyn: bool) -> Callable[[], tuple[float, dict]]:
+            st = state.setdefault(name, {"engine": engine, "target": target, "dyn": dyn, "load": [], "first": []})
+
+            def one_round() -> tuple[float, dict]:
+                start = time.perf_counter()
+                if engine == "eager":
+                    run, used = eager_runner(spec.model, target, hint)
+                elif engine == "onnxruntime":
+                    run, used = onnxruntime_runner(exports[dyn][0], target)
+                else:
+                    run, used = openvino_runner(exports[dyn][0], target, hint)
+                st["load"].append(time.perf_counter() - start)
+                sync = target if engine == "eager" else "cpu"
+                st["first"].append(measure.time_fn(lambda: run(x), repeats=1, warmup=0, device=sync).samples[0])
+                st["precision"] = used
+                if "diff" not in st:
+                    st["diff"], st["top1"] = agreement(_run_chunked(run, check, batch), reference)
+                timed = measure.time_fn(lambda: run(x), repeats=repeats, warmup=warmup, device=sync)
+                del run  # one engine's thread pool at a time: an idle pool can still compete for the cores
+                gc.collect()
+                return statistics.median(timed.samples), {}
+            return one_round
+
+        calls = {}
+        for engine, target, hint, dyn in targets:
+            name = _variant(engine, target, hint) + (" (dynamic batch)" if also_dynamic and dyn else "")
+            calls[name] = variant(name, engine, target, hint, dyn)
+        got = measure.interleaved(calls, rounds, progress=progress, desc="engine rounds")
         spec.model.to("cpu")
+    out = []
+    for name, st in state.items():
+        export_s = 0.0 if st["engine"] == "eager" else exports[st["dyn"]][1]
+        out.append(EngineResult(name, st["engine"], st["target"], st["precision"], batch, got.samples[name],
+                                st["first"], export_s, statistics.median(st["load"]), st["diff"], st["top1"],
+                                extra={"other_cores": [round(i.cores, 3) for i in got.interference],
+                                       "reruns": got.reruns, "dynamic_batch": st["dyn"]},
+                                agreement_n=len(check), rounds=got))
     return out
 
 
-def _load() -> float | None:
-    try:
-        return os.getloadavg()[0]
-    except (AttributeError, OSError):  # not on Windows
-        return None
-
-
-def busy_warning() -> str:
-    """A warning when the 1-minute load average exceeds the logical cores (other work competed), else ''."""
-    load, cores = _load(), os.cpu_count() or 1
-    if load is None or load <= cores:
-        return ""
-    return (f"warning: the machine was busy (load average {load:.1f} on {cores} logical cores): other processes "
-            "competed for the cores, timings are noisy and PyTorch eager's OpenMP threads suffer most.")
+def verdict(found: Sequence[EngineResult], name: str, baseline: str | None = None) -> measure.Verdict:
+    """``helpers.measure.verdict`` of engine ``name`` against ``baseline`` (default: the first), by latency."""
+    by = {r.name: r for r in found}
+    base = by[baseline] if baseline else found[0]
+    if name not in by:
+        raise DeployError(f"no engine {name!r} among {', '.join(by)}")
+    return measure.verdict(base.latencies, by[name].latencies)
 
 
 def results_table(found: Sequence[EngineResult], baseline: str | None = None, title: str = "") -> Table:
-    """One row per engine: throughput, latency median/min/max, speed-up vs baseline, times, agreement, precision."""
+    """One row per engine: throughput, latency median/min/max over rounds, speed-up with interval and verdict,
+    export/load/first-call times, agreement and precision."""
     if not found:
         raise DeployError("no engine results to tabulate")
     base = next((r for r in found if r.name == baseline), found[0])
-    table = Table(["engine", "precision", "images/s", "latency ms", "min ms", "max ms", "speed-up vs " + base.name,
-                   "export s", "load/compile s", "first call s", "max |diff|", "top-1 agree %"], title=title,
-                  note="Latency: median of the timed calls (warm-up apart); agreement against PyTorch eager fp32 "
-                       "on the same fixed batch.")
+    table = Table(["engine", "precision", "images/s", "latency ms", "min ms", "max ms", "speed-up vs " + base.name + " (x)",
+                   "95% interval (x)", "verdict", "export s", "load/compile s", "first call s", "max |diff|",
+                   "top-1 agree %"], title=title)
     for r in found:
+        if r is base:
+            cells: list[Any] = [1.0, "-", "baseline"]
+        else:
+            v = measure.verdict(base.latencies, r.latencies)
+            cells = [v.ratio, v.interval, v.word]
         table.add(r.name, r.precision, r.throughput, r.latency_ms, 1e3 * min(r.latencies), 1e3 * max(r.latencies),
-                  base.latency_ms / r.latency_ms, r.export_s, r.load_s, r.warmup[0] if r.warmup else None,
+                  *cells, r.export_s, r.load_s, statistics.median(r.warmup) if r.warmup else None,
                   r.max_abs_diff, 100 * r.top1_agreement)
+    rounds = found[0].rounds
+    n = found[0].agreement_n
+    table.note = ((rounds.note() + " " if rounds is not None else "")
+                  + "Latency: per round, the median of the timed calls on a freshly built session (its first call "
+                    f"and warm-up apart). Agreement: against PyTorch eager fp32 on {n} inputs.")
     return table
 
 
@@ -448,7 +508,8 @@ def to_rows(found: Sequence[EngineResult], *, chapter: str = "14", experiment: s
     """Result rows (helpers.results): throughput (images/s) and latency (ms) per engine, details in ``extra``."""
     base = baseline or found[0].name
     extra = {r.name: {"engine": r.engine, "device": r.device, "precision": r.precision, "batch": r.batch,
-                      "export_s": r.export_s, "load_s": r.load_s, "first_call_s": r.warmup[0] if r.warmup else None,
+                      "export_s": r.export_s, "load_s": r.load_s,
+                      "first_call_s": statistics.median(r.warmup) if r.warmup else None,
                       "max_abs_diff": r.max_abs_diff, "top1_agreement": r.top1_agreement, "model": label, **r.extra}
              for r in found}
     rows = results.make_rows(chapter, experiment, {r.name: r.throughputs() for r in found}, metric="throughput",
@@ -457,13 +518,6 @@ def to_rows(found: Sequence[EngineResult], *, chapter: str = "14", experiment: s
     rows += results.make_rows(chapter, experiment, {r.name: [1e3 * t for t in r.latencies] for r in found},
                               metric="latency", unit="ms", baseline=base, extra=extra, **ctx)
     return rows
-
-
-def not_runnable_table() -> Table:
-    """The published systems this course cannot run here: why, and how a reader on that platform measures it."""
-    return Table(["system", "why not measured here", "how to measure it there"],
-                 [[k, why, how] for k, (why, how) in NOT_RUNNABLE.items()],
-                 title="Published, not runnable on a Linux CPU machine")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -481,7 +535,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="OpenVINO's INFERENCE_PRECISION_HINT (default: the plugin's own choice)")
     p.add_argument("--checkpoint", default=None, help="a checkpoint written by helpers.checkpoints (dict with 'model')")
     p.add_argument("--dynamic-batch", action="store_true", help="export with a dynamic batch dimension")
-    p.add_argument("--repeats", type=int, default=10)
+    p.add_argument("--repeats", type=int, default=5, help="timed calls per engine per round")
+    p.add_argument("--rounds", type=int, default=measure.ROUNDS, help="interleaved rounds (a fresh session each)")
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--keep", default=None, help="folder to keep the .onnx file in")
     p.add_argument("--rows", default=None, help="rows file (default: results/rows.jsonl or $COURSE_RESULTS)")
@@ -495,13 +550,12 @@ def main(argv: Sequence[str] | None = None) -> list[EngineResult]:
     spec = build_model(args.model, size=size, checkpoint=args.checkpoint)
     print(system.env_report())
     print(f"model: {spec.label} | input {args.batch}x{'x'.join(map(str, spec.input_shape))} | "
-          f"{args.warmup} warm-up + {args.repeats} timed calls | exporter: torch.onnx.export (TorchScript, "
+          f"{args.rounds} rounds of {args.warmup} warm-up + {args.repeats} timed calls | exporter: torch.onnx.export (TorchScript, "
           "torch 2.8's default; the dynamo exporter needs onnxscript)")
     found = compare(spec, batch=args.batch, engines=args.engines, device=args.device, precision=args.precision,
-                    repeats=args.repeats, warmup=args.warmup, workdir=args.keep, dynamic_batch=args.dynamic_batch)
+                    repeats=args.repeats, warmup=args.warmup, workdir=args.keep, dynamic_batch=args.dynamic_batch,
+                    rounds=args.rounds, progress=False)
     print(results_table(found))
-    if busy_warning():
-        print(busy_warning())
     h, w = spec.input_shape[1:]
     rows = to_rows(found, experiment=f"deploy_{spec.name.replace(':', '_')}_{h}x{w}_b{args.batch}", label=spec.label)
     path = results.append_rows(rows, args.rows)

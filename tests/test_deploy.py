@@ -41,7 +41,7 @@ def test_parse_engines():
 
 def test_every_engine_agrees_with_eager():
     found = deploy.compare(tiny_spec(), batch=4, engines="eager,onnxruntime,openvino:f32,openvino",
-                           device="cpu", repeats=2, warmup=1)
+                           device="cpu", repeats=2, warmup=1, rounds=3, progress=False)
     by = {r.name: r for r in found}
     assert list(by) == ["eager", "onnxruntime", "openvino:f32", "openvino"]
     assert by["eager"].max_abs_diff == 0 and by["eager"].export_s == 0
@@ -53,12 +53,26 @@ def test_every_engine_agrees_with_eager():
     assert by["openvino"].precision == default  # the plugin's own choice is reported, not assumed
     assert by["openvino"].max_abs_diff < 0.1
     for r in found:
-        assert r.batch == 4 and len(r.latencies) == 2 and len(r.warmup) == 1
+        # one value per round (the median of its timed calls), one first call per round, agreement on >= 32 inputs
+        assert r.batch == 4 and len(r.latencies) == 3 and r.agreement_n == 32
+        assert len(r.warmup) == 3 + r.extra["reruns"]  # a first call in every round measured, re-runs too
         assert r.throughput == pytest.approx(4 / np.median(r.latencies))
         assert r.export_s > 0 or r.engine == "eager"
     table = deploy.results_table(found, baseline="eager")
-    assert len(table) == 4 and table.rows[0][6] == pytest.approx(1.0)
-    assert "images/s" in table.columns
+    assert len(table) == 4 and table.rows[0][6] == pytest.approx(1.0) and table.column("verdict")[0] == "baseline"
+    assert set(table.column("verdict")[1:]) == {"no measurable difference"}  # 3 rounds: too few for a verdict
+    assert "images/s" in table.columns and "3 interleaved rounds" in table.note
+    assert deploy.verdict(found, "onnxruntime").rounds == 3
+    with pytest.raises(deploy.DeployError):
+        deploy.verdict(found, "tensorrt")
+
+
+def test_static_and_dynamic_exports_in_the_same_rounds():
+    found = deploy.compare(tiny_spec(), batch=1, engines="onnxruntime", repeats=1, warmup=0, rounds=2,
+                           also_dynamic=True, progress=False)
+    assert [r.name for r in found] == ["onnxruntime", "onnxruntime (dynamic batch)"]
+    assert [r.extra["dynamic_batch"] for r in found] == [False, True]
+    assert all(len(r.latencies) == 2 for r in found) and found[0].rounds is found[1].rounds
 
 
 def test_dynamic_batch_export(tmp_path):
@@ -151,27 +165,18 @@ def test_rows_and_cli(tmp_path, capsys):
     thr = {r.variant: r for r in rows if r.metric == "throughput"}
     assert thr["eager"].ratio == pytest.approx(1.0) and not thr["eager"].lower_is_better
     assert thr["onnxruntime"].extra["precision"] == "f32" and thr["onnxruntime"].extra["max_abs_diff"] < 1e-4
-    assert "loadavg_1min" in thr["eager"].extra
+    assert "reruns" in thr["eager"].extra
     assert len(found) == 2
 
 
-def test_not_runnable_table_names_each_system():
-    table = deploy.not_runnable_table()
+def test_not_runnable_names_each_system_with_why_and_how():
     assert {"ONNX Runtime DirectML", "pytorch-directml", "dlprimitives OpenCL backend",
-            "TensorFlow 2 / Keras"} == set(table.column("system"))
-    assert all(why and how for why, how in zip(table.column("why not measured here"),
-                                               table.column("how to measure it there")))
+            "TensorFlow 2 / Keras"} == set(deploy.NOT_RUNNABLE)
+    assert all(why and how for why, how in deploy.NOT_RUNNABLE.values())
+    assert "train_on_batch" in deploy.NOT_RUNNABLE["TensorFlow 2 / Keras"][1]  # a training step, like the published row
 
 
 def test_import_stays_light():
     code = "import helpers.deploy, sys; print(sorted(m for m in ('onnx', 'onnxruntime', 'openvino') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
-
-
-def test_busy_warning(monkeypatch):
-    monkeypatch.setattr(deploy.os, "cpu_count", lambda: 2)
-    monkeypatch.setattr(deploy.os, "getloadavg", lambda: (7.5, 1.0, 1.0))
-    assert "load average 7.5 on 2 logical cores" in deploy.busy_warning()
-    monkeypatch.setattr(deploy.os, "getloadavg", lambda: (1.5, 1.0, 1.0))
-    assert deploy.busy_warning() == ""
