@@ -12,6 +12,11 @@
 #
 # The virtual environment lives outside the clone, keyed by a hash of the pins, so a
 # second clone or a CI run reuses it: $(VENV). Override with `make VENV=/path ...`.
+#
+# DEVICE=xpu (Intel GPUs; give it to every make command, e.g. `make lab DEVICE=xpu`): a separate
+# environment, venv-xpu-<hash>, with torch and torchvision of the pinned versions from PyTorch's
+# XPU wheel index and every other pin except the CPU build of IPEX (helpers/install.py builds the
+# commands). The default (DEVICE=cpu, or cuda: the same environment) installs the pins as written.
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
@@ -22,18 +27,30 @@ PINS_HASH := $(shell $(PYTHON) -c 'import hashlib, json, tomllib; p = tomllib.lo
 # What the editable install of helpers depends on besides the clone's folder: the package layout.
 LAYOUT_HASH := $(shell sed -n '/^\[tool.setuptools/,/^\[tool.pytest/p' pyproject.toml | sha256sum | cut -c1-12)
 CACHE ?= $(HOME)/.cache/accelerate-course
+DEVICE ?= cpu
+SETUP_SIZE := about 4 minutes, 8 GB
+ifeq ($(DEVICE),xpu)
+VENV ?= $(CACHE)/venv-xpu-$(PINS_HASH)
+SETUP_SIZE := torch and torchvision from PyTorch's XPU index, no IPEX
+else ifeq ($(filter $(DEVICE),cpu cuda),)
+$(error DEVICE=$(DEVICE) has no course environment: use DEVICE=xpu for Intel GPUs, or leave DEVICE out (CPU and NVIDIA GPUs))
+endif
 VENV ?= $(CACHE)/venv-$(PINS_HASH)
 BIN := $(VENV)/bin
 
 .PHONY: setup lab test unit student execute reproduce bench tune doctor submit pool clean-venv
 
 $(VENV)/.installed:
-	@echo "Creating the course environment in $(VENV) (about 4 minutes, 8 GB, first time only)"
+	@echo "Creating the course environment in $(VENV) ($(SETUP_SIZE); first time only)"
 	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (found %s)" % sys.version.split()[0]'
 	rm -rf "$(VENV)"
 	$(PYTHON) -m venv "$(VENV)"
 	"$(BIN)/python" -m pip install --quiet --upgrade pip
+ifeq ($(DEVICE),xpu)
+	"$(BIN)/python" -m helpers.install setup --device xpu --project "$(CURDIR)"
+else
 	"$(BIN)/python" -m pip install --quiet -e ".[test]" 2>&1 | { grep -v "^WARNING: Location" || true; }
+endif
 	"$(BIN)/python" -c "import torch, torchvision, helpers"
 	touch "$@"
 
@@ -47,7 +64,11 @@ setup: $(VENV)/.installed
 		PYTHONWARNINGS=ignore "$(BIN)/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; } \
 			&& echo "$(CURDIR) $(LAYOUT_HASH)" > "$(VENV)/.editable"; \
 	fi
+ifeq ($(DEVICE),xpu)
+	@"$(BIN)/python" -m helpers.install check --device xpu
+else
 	@"$(BIN)/python" -m pip check
+endif
 
 # JupyterLab's "receive Jupyter news?" pop-up is answered once for this environment (a settings
 # override inside the venv; the user's own JupyterLab settings are not touched and still win).

@@ -8,6 +8,11 @@ cpu, cuda, xpu or mps, and adds what the blog did not report: median and spread,
 times, achieved FLOP/s against the matmul peak of the same math mode, ratios against every
 published row, and result rows (``helpers.results``) with the machine fingerprint.
 
+Statistic: the course compares medians. One slow step (another process, a page fault, a
+late allocation) moves a mean of 20 steps by its whole excess divided by 20 and leaves the
+median where it was. The blog published only means, so a ratio puts the blog's mean over
+your median; your mean is shown beside it, labelled as the blog's statistic.
+
 Timing (the course's protocol): the headline step time is the whole step between two
 device synchronizations, with nothing synchronized inside it. The blog synchronized after
 every phase, which on a GPU serializes the queue and inflates the step. Per-phase times come
@@ -63,7 +68,13 @@ class StepTimes:
 
     @property
     def mean_ms(self) -> float:
+        """Mean step time in ms: the blog's statistic, shown beside the median, never compared."""
         return 1e3 * statistics.fmean(self.total)
+
+    @property
+    def median_ms(self) -> float:
+        """Median step time in ms: the course's statistic, used in every ratio."""
+        return 1e3 * statistics.median(self.total)
 
     @property
     def stats(self) -> Stats:
@@ -214,26 +225,30 @@ def time_steps(model_name: str, *, device: torch.device, batch: int = 16, size: 
 
 
 def published_table(times: Sequence[StepTimes], title: str = "") -> Table:
-    """Every published row of the blog's table next to yours, as ratios (published ms / your ms)."""
+    """Every published row of the blog's table next to yours, as ratios: published ms (the blog's
+    mean of 20 steps, the only figure it gave) / your median ms (the course's statistic)."""
     rows = published.select(published.load("dlprimitives"), experiment="train_step_batch16_224")
     frameworks = list(dict.fromkeys(r.variant for r in rows))
-    cols = ["published setup"] + [t.model for t in times]
-    table = Table(cols, title=title or "Published ms per step / your ms per step (> 1: yours is faster)",
-                  note=f"Published: {rows[0].source}. Batch 16, 224x224, fp32, Adam. "
-                       "Your step times: " + ", ".join(f"{t.model} {t.mean_ms:.1f} ms" for t in times))
+    cols = ["published setup"] + [f"{t.model} (x)" for t in times]
+    table = Table(cols, title=title or "Published ms per step / your median ms per step (> 1: yours is faster)",
+                  note=f"Published: {rows[0].source}. Batch 16, 224x224, fp32, Adam; published figures are means "
+                       "of 20 steps. Your step: "
+                       + "; ".join(f"{t.model} median {t.median_ms:.1f} ms (mean {t.mean_ms:.1f} ms, the blog's "
+                                   "statistic, not used in the ratio)" for t in times))
     for fw in frameworks:
         vals = {r.metric.removeprefix("step_time_"): r.value for r in rows if r.variant == fw}
-        table.add(fw, *[vals[t.model] / t.mean_ms if t.model in vals else None for t in times])
+        table.add(fw, *[vals[t.model] / t.median_ms if t.model in vals else None for t in times])
     return table
 
 
 def results_table(times: Sequence[StepTimes], peak: MatmulPeak | float | None = None) -> Table:
-    """Mean (the blog's statistic), median, spread, per-phase means, achieved FLOP/s and the share
-    of the matmul peak measured in the same math mode (``peak``; a bare number is taken as fp32)."""
+    """Median step time (the course's statistic), min, max, the mean (the blog's statistic,
+    labelled so), per-phase medians, achieved FLOP/s at the median and the share of the matmul
+    peak measured in the same math mode (``peak``; a bare number is taken as fp32)."""
     if isinstance(peak, (int, float)):
         peak = MatmulPeak(float(peak), "fp32")
-    cols = ["model", "mean ms/step", "median ms/step", "min ms/step", "max ms/step"]
-    cols += [f"{p} ms/step" for p in PHASES] + ["TFLOP/s"]
+    cols = ["model", "median ms/step", "min ms/step", "max ms/step", "mean ms/step (blog's statistic)"]
+    cols += [f"{p} median ms" for p in PHASES] + ["TFLOP/s"]
     if peak:
         cols.append(f"% of {peak.mode} matmul peak")
     method = times[0].phase_method if times else "clock"
@@ -243,13 +258,15 @@ def results_table(times: Sequence[StepTimes], peak: MatmulPeak | float | None = 
             "synchronized": "no device events here: the device was synchronized after each phase"}[method]
     if peak:
         note += f"; peak {peak.flops / 1e12:.3g} TFLOP/s ({peak.mode} matmul, best of {peak.repeats})"
+    note = ("median: the course's statistic; mean: the blog's, shown for reference (one slow step moves the "
+            "mean, not the median); " + note)
     table = Table(cols, note=note)
     above = []
     for t in times:
         st = t.stats
         achieved = t.flops_per_step / st.median if t.flops_per_step else None
-        row = [t.model, t.mean_ms, st.median * 1e3, st.minimum * 1e3, st.maximum * 1e3]
-        row += [1e3 * statistics.fmean(t.phases[p]) if t.phases.get(p) else None for p in PHASES]
+        row = [t.model, st.median * 1e3, st.minimum * 1e3, st.maximum * 1e3, t.mean_ms]
+        row += [1e3 * statistics.median(t.phases[p]) if t.phases.get(p) else None for p in PHASES]
         row.append(achieved / 1e12 if achieved else None)
         if peak:
             share = 100 * achieved / peak.flops if achieved else None

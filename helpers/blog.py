@@ -15,7 +15,8 @@ pretrained weights cannot be fetched here, but their *compute* can be rebuilt ex
   features, batch 4 at 256x256.
 
 Each ``*_step`` function builds a fresh seeded model and returns a zero-argument callable
-that performs one step; time it with ``helpers.measure.time_fn`` (the course protocol).
+that performs one step; time it with ``helpers.measure.time_fn``, and compare variants in
+``helpers.measure.interleaved`` rounds that call the ``*_step`` function anew every round.
 Random weights change nothing about the time of a step; they do make the outputs
 meaningless, which is why nothing here reports accuracy.
 """
@@ -61,6 +62,12 @@ SD21_UNET_PARAMETERS = 865_910_724
 # A miniature of the same architecture for smoke runs (seconds instead of minutes).
 TINY_UNET_OVERRIDES: dict[str, Any] = {"block_out_channels": [32, 64, 64, 64], "attention_head_dim": [2, 4, 4, 4],
                                        "cross_attention_dim": 64, "layers_per_block": 1, "norm_num_groups": 16}
+# SD 2.1's blocks, layers and text width (1024) at 30% of its channel widths (83,397,412 parameters; heads of 32 channels instead of 64), so that a
+# fresh instance per round builds in about a second and a step at 256x256 costs ~38 GFLOP
+# instead of SD 2.1's ~1,600 GFLOP at 512x512 (torch.utils.flop_counter).
+NARROW_UNET_OVERRIDES: dict[str, Any] = {"block_out_channels": [96, 192, 384, 384], "attention_head_dim": [3, 6, 12, 12]}
+UNET_SIZES: dict[str, dict[str, Any]] = {"full": {}, "narrow": NARROW_UNET_OVERRIDES, "tiny": TINY_UNET_OVERRIDES}
+NARROW_UNET_PARAMETERS = 83_397_412
 
 
 @dataclass(frozen=True)
@@ -89,20 +96,26 @@ class BlogModelError(RuntimeError):
     """A blog model that cannot be built here (its library is missing)."""
 
 
-def sd21_unet(tiny: bool = False, device: torch.device | str | None = None) -> nn.Module:
-    """The Stable Diffusion 2.1 UNet from its configuration, random weights (``tiny``: a miniature).
+def sd21_unet(size: str = "full", device: torch.device | str | None = None, seed: int = 0) -> nn.Module:
+    """The Stable Diffusion 2.1 UNet from its configuration, random weights drawn from ``seed``.
 
-    ``device="meta"`` builds it without memory (to count parameters in a second).
+    ``size``: ``"full"`` (SD 2.1 as published, 865,910,724 parameters), ``"narrow"`` (the same
+    layout at 30% of the widths, for workshop-sized comparisons) or ``"tiny"`` (a miniature for
+    smoke runs). ``device="meta"`` builds it without memory (to count parameters in a second).
     """
+    if size not in UNET_SIZES:
+        raise ValueError(f"size must be one of {', '.join(UNET_SIZES)}, not {size!r}")
     try:
         from diffusers import UNet2DConditionModel
     except ImportError as exc:  # pragma: no cover - diffusers is pinned
         raise BlogModelError("The SD 2.1 UNet needs diffusers: run `make setup` (it is one of the course's pins).") \
             from exc
-    config = dict(SD21_UNET_CONFIG, **(TINY_UNET_OVERRIDES if tiny else {}))
+    config = dict(SD21_UNET_CONFIG, **UNET_SIZES[size])
     if device is None:
+        set_seed(seed)
         return UNet2DConditionModel.from_config(config)
     with torch.device(device):
+        set_seed(seed)
         return UNet2DConditionModel.from_config(config)
 
 

@@ -1,8 +1,9 @@
 """One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple).
 
-``get_device("auto")`` picks the best device present; ``synchronize`` waits for queued
-work before a clock is read; ``memory_stats`` and ``autocast_dtypes`` answer the
-questions every chapter asks of a device.
+``get_device("auto")`` picks the best device present, in the order cuda, xpu, mps, cpu;
+``synchronize`` waits for queued work before a clock is read; ``memory_stats``,
+``autocast_dtypes`` and ``low_precision_dtype`` answer the questions every chapter asks of
+a device.
 """
 
 from __future__ import annotations
@@ -132,6 +133,19 @@ def autocast_dtypes(device: torch.device | str) -> list[torch.dtype]:
     if device.type == "mps":
         return [torch.float16]
     return []
+
+
+def low_precision_dtype(device: torch.device | str) -> torch.dtype:
+    """The autocast dtype to train with on ``device``: bfloat16 where the device runs it natively
+    (it keeps fp32's exponent range, so no ``GradScaler`` is needed), else float16 (which needs one).
+
+    On CUDA only native bf16 counts (compute capability 8.0 and newer; older GPUs emulate it
+    slowly). On a CPU bf16 is chosen even without AVX-512-BF16/AMX: it runs there, emulated
+    (``helpers.system.cpu_bf16_support`` says which)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
+    return torch.bfloat16 if torch.bfloat16 in autocast_dtypes(device) else torch.float16
 
 
 def grad_scaler_supported(device: torch.device | str) -> bool:

@@ -10,6 +10,9 @@
 * ``rank_cpus`` / ``pin_rank`` give each CPU rank whole physical cores of its own: split from
   the CPUs this process may use, offset by the node rank when several simulated nodes share
   one machine (``--nodes-per-host``), and taken as given under SLURM (srun's CPU set).
+  ``threads_per_rank`` is the thread count of a rank that is not pinned: the physical cores
+  this process may use (its affinity, SMT siblings counted once -- not ``os.cpu_count()``,
+  which counts every logical CPU of the machine) shared by the ranks on the machine.
 * Every tensor handed to a collective is made by a function that takes the training device
   and the collectives module (``handshake``, ``sum_across_ranks``, ``replica_fingerprints``),
   in float32, so a unit test can call them with ``torch.device("meta")`` and a recording
@@ -18,6 +21,9 @@
 * ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, checkpoints written
   by rank 0 (plain model state_dict without ``module.``, optimizer, CPU and accelerator RNG,
   epoch/step, loss and data-wait statistics) that every rank resumes from after a restart.
+  ``--scale-lr`` multiplies the learning rate by the world size and ramps it up linearly over
+  the first ``--warmup-epochs`` (``warmup_lr``; Goyal et al. 2017, "Accurate, Large Minibatch
+  SGD": linear scaling with a gradual warm-up).
 * ``main`` evaluates on every rank (a shard of the test set each, results summed), so no
   rank waits in a collective while rank 0 works alone; errors a user can cause (offline
   data, bad options, too many ranks) print one ``error:`` message from rank 0 and exit 2.
@@ -37,8 +43,9 @@ import sys
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "xccl", "ccl", "mpi")
 SBATCH_SCRIPT = Path(__file__).resolve().parent / "launchers" / "ddp.sbatch"
@@ -243,6 +250,19 @@ def rank_cpus(info: RankInfo, *, allowed: Sequence[int], core_groups: Sequence[S
     return [c for g in groups[slot * per:(slot + 1) * per] for c in g]
 
 
+def threads_per_rank(ranks_here: int, topo: Any = None) -> int:
+    """Threads for each of ``ranks_here`` unpinned ranks sharing this machine: the physical cores
+    this process may use (``os.sched_getaffinity``, SMT siblings counted once), divided evenly,
+    at least 1. ``os.cpu_count() // ranks`` would count hyper-threads and CPUs outside the
+    affinity (a container's or srun's CPU set) and oversubscribe the cores."""
+    from . import system
+
+    if ranks_here < 1:
+        raise ValueError(f"ranks_here must be at least 1, got {ranks_here}")
+    cores = (topo or system.topology()).physical_cores
+    return max(1, cores // ranks_here)
+
+
 def pin_rank(info: RankInfo, threads: int | None = None, nodes_per_host: int = 1) -> list[int]:
     """Bind this process to its own physical cores and use one thread per core of it."""
     import torch
@@ -358,13 +378,41 @@ def resume_from(path: str | Path, model: Any, optimizer: Any, device: Any) -> di
     return out
 
 
+# ----- the learning rate ----------------------------------------------------------------------
+
+def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) under a linear warm-up.
+
+    Goyal et al. 2017 ("Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour") scale the
+    learning rate with the global batch (``peak_lr = base_lr * k`` for k times the batch) and
+    reach it gradually: from ``base_lr`` at step 0, by equal increments, to ``peak_lr`` at step
+    ``warmup_steps``, then constant. ``warmup_steps <= 0`` means no warm-up. (The linear rule
+    was derived for SGD; for Adam, which this entry point uses, it is a heuristic: Adam's step
+    hardly depends on the gradient's scale, and a square-root rule is the one derived for it --
+    Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms".)
+    """
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return float(peak_lr)
+    return float(base_lr + (peak_lr - base_lr) * step / warmup_steps)
+
+
+def set_lr(optimizer: Any, lr: float) -> None:
+    """Set the learning rate of every parameter group of ``optimizer``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
 # ----- the training loop ----------------------------------------------------------------------
 
 def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, progress: dict[str, Any],
               checkpoint: str | Path | None = None, checkpoint_every: int = 0, write: bool = True,
-              stop_after: int | None = None) -> dict[str, Any]:
+              stop_after: int | None = None, lr_at: Callable[[int], float] | None = None) -> dict[str, Any]:
     """Train the DDP-wrapped model; ``progress`` (from ``fresh_progress`` or ``resume_from``) is
-    updated in place and returned. ``write``: this rank writes the checkpoints (rank 0 only)."""
+    updated in place and returned. ``write``: this rank writes the checkpoints (rank 0 only).
+    ``lr_at(step)``: the learning rate of each optimizer step, counted over the whole run
+    (a resumed run continues the schedule where the checkpoint left it)."""
     import torch
 
     from . import devices
@@ -397,6 +445,8 @@ def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(ddp(inputs), targets)
             loss.backward()  # DDP all-reduces the gradients during backward
+            if lr_at is not None:
+                set_lr(optimizer, lr_at(progress["step"]))
             optimizer.step()
             running += loss.detach().float()
             batch += 1
@@ -465,7 +515,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", type=int, default=None,
                    help="fix the global batch instead: each rank takes this / world size (same steps for any size)")
     p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the world size")
+    p.add_argument("--scale-lr", action="store_true",
+                   help="multiply the learning rate by the world size, reached by a linear warm-up")
+    p.add_argument("--warmup-epochs", type=float, default=1.0,
+                   help="with --scale-lr: epochs over which the learning rate rises linearly from --lr to "
+                        "--lr x world size (Goyal et al. 2017); 0: no warm-up")
     p.add_argument("--train-size", type=int, default=None)
     p.add_argument("--test-size", type=int, default=None)
     p.add_argument("--device", default="cpu")
@@ -532,6 +586,10 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         if device.type == "cpu" and not args.no_pin else []
     if args.threads and not cpus:
         torch.set_num_threads(args.threads)
+    elif device.type == "cpu" and not cpus:  # unpinned CPU ranks share the cores instead of each taking all
+        torch.set_num_threads(threads_per_rank(info.local_world_size * max(1, args.nodes_per_host)))
+    if args.warmup_epochs < 0:
+        raise DistributedSetupError(f"--warmup-epochs must be >= 0, got {args.warmup_epochs}")
     batch_size = _per_rank_batch(args, info.world_size)
     train_set = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
     test_set = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
@@ -555,7 +613,9 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         seeds.set_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
         model = models.book_cnn(args.dataset).to(device)
         lr = args.lr * (info.world_size if args.scale_lr else 1)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+        warmup_steps = round(args.warmup_epochs * len(loader)) if args.scale_lr and lr != args.lr else 0
+        lr_at = partial(warmup_lr, base_lr=args.lr, peak_lr=lr, warmup_steps=warmup_steps)
+        optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(0))
         progress = fresh_progress()
         if args.checkpoint and Path(args.checkpoint).exists():
             progress = resume_from(args.checkpoint, model, optimizer, device)
@@ -566,7 +626,7 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
             crash = args.crash_at_step
         progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, progress=progress,
                              checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                             write=info.rank == 0, stop_after=crash)
+                             write=info.rank == 0, stop_after=crash, lr_at=lr_at)
         prints = replica_fingerprints(model, device, dist)
         identical = all(torch.equal(p, prints[0]) for p in prints)
         ev = evaluate_on_all_ranks(model, test_set, info, device, dist)
@@ -576,7 +636,7 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
                 "world_size": info.world_size, "launcher": info.launcher, "backend": backend,
                 "device": str(device), "threads_per_rank": torch.get_num_threads(), "cpus": cpus,
                 "batch_per_rank": batch_size, "global_batch": batch_size * info.world_size,
-                "lr": lr, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
+                "lr": lr, "base_lr": args.lr, "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
                 "epoch_losses": progress["epoch_losses"], "data_wait": progress["data_wait"],
                 "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
                 "replicas_identical": identical, "resumed_from": progress["resumed_from"],

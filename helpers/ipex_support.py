@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import resource
 import sys
 import time
 import warnings
@@ -195,7 +196,9 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     one timed pass over ``batches``, then accuracy on ``test_batches``.
 
     Returns ``{"value": seconds per training step, "metrics": {...}}`` (metrics: ``accuracy`` in %,
-    ``loss`` of the last step, ``warmup_s``, ``prepare_s`` (building the variant), ``steps``).
+    ``loss`` of the last step, ``warmup_s``, ``prepare_s`` (building the variant), ``steps`` and
+    ``page_faults_per_step``: minor page faults of this process per timed step, i.e. pages the
+    kernel had to map afresh because the allocator had handed memory back to it).
     """
     if not batches:
         raise ValueError("train_round needs at least one batch")
@@ -209,22 +212,25 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     prepared = time.perf_counter()
     for i in range(warmup_steps):  # the first step of a compiled variant compiles it
         _step(step_model, optimizer, *batches[i % len(batches)], dtype, cl)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     warm = time.perf_counter()
     for x, y in batches:
         loss = _step(step_model, optimizer, x, y, dtype, cl)
     done = time.perf_counter()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
     correct = total = 0
-    step_model.eval()
+    model.eval()  # evaluated eagerly: a compiled model shares these weights (and would compile again)
     with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
         for x, y in test_batches:
             x = x.contiguous(memory_format=torch.channels_last) if cl else x
-            correct += int((step_model(x).argmax(1) == y).sum())
+            correct += int((model(x).argmax(1) == y).sum())
             total += len(y)
     if v.compile is not None:
         torch.compiler.reset()
     return {"value": (done - warm) / len(batches),
             "metrics": {"accuracy": 100.0 * correct / max(total, 1), "loss": float(loss.detach()),
-                        "warmup_s": warm - prepared, "prepare_s": prepared - started, "steps": float(len(batches))}}
+                        "warmup_s": warm - prepared, "prepare_s": prepared - started, "steps": float(len(batches)),
+                        "page_faults_per_step": faults / len(batches)}}
 
 
 def profile_ops(name: str, x: torch.Tensor, y: torch.Tensor, *, dataset: str = "cifar10", steps: int = 3,

@@ -1,7 +1,10 @@
 """Build and run the launch commands of the course's DDP entry point (``python -m helpers.distributed``).
 
 * ``torchrun_command`` / ``mpirun_command`` / ``sbatch_command`` write the command lines a
-  reader would type (one torchrun per machine, one mpirun, one sbatch);
+  reader would type (one torchrun per machine -- a static rendezvous at node 0, or an elastic
+  c10d one at ``--rdzv-endpoint`` -- one mpirun, one sbatch); on several machines ``mpirun``
+  gets ``MASTER_ADDR`` from the first host of its hostfile (``first_host``), where Open MPI
+  places rank 0;
 * ``check_ranks`` refuses more pinned CPU ranks than physical cores with one message,
   before anything starts;
 * ``run_job`` starts one or more launchers (two torchrun "nodes" on one machine), reads their
@@ -35,6 +38,7 @@ if TYPE_CHECKING:
     from .measure import Result
 
 ENTRY = ["-m", "helpers.distributed"]
+MPIRUN_SCRIPT = SBATCH_SCRIPT.parent / "ddp_mpirun.sh"
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
 
 
@@ -81,39 +85,76 @@ def _check_entry_args(nproc: int, args: Sequence[str]) -> None:
     check_ranks(nproc, device, int(_entry_option(args, "--nodes-per-host", "1")))
 
 
-def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int = 1, node_rank: int = 0,
+def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int | str = 1, node_rank: int = 0,
                      master_addr: str = "127.0.0.1", master_port: int | None = None,
-                     max_restarts: int = 0, monitor_interval: float = 0.5, check: bool = True) -> list[str]:
-    """One machine's torchrun line (static rendezvous at master_addr:master_port) for the entry point.
+                     max_restarts: int = 0, monitor_interval: float = 0.5, check: bool = True,
+                     rdzv_endpoint: str | None = None, rdzv_id: str | None = None) -> list[str]:
+    """One machine's torchrun line for the entry point.
 
+    By default a static rendezvous: every node names node 0 (``master_addr:master_port``) and
+    its own ``node_rank``. With ``rdzv_endpoint`` ("host:port" that every node can reach) an
+    elastic c10d rendezvous instead: ``--rdzv-backend=c10d --rdzv-endpoint=... --rdzv-id=...``,
+    the same line on every node, ranks assigned as nodes join, and ``nnodes`` may be a range
+    ("1:4"). ``rdzv_id`` names the job (unique per job: nodes with the same id meet).
     With ``check`` (default) a CPU job that asks for more pinned ranks than this machine's
     cores is refused here, with one message, instead of failing in every rank.
     """
     if check:
         _check_entry_args(nproc, args)
-    port = master_port or free_port()
-    return [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}",
-            f"--node-rank={node_rank}", f"--master-addr={master_addr}", f"--master-port={port}",
-            f"--max-restarts={max_restarts}", f"--monitor-interval={monitor_interval}", *ENTRY, *args]
+    head = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}"]
+    if rdzv_endpoint is not None:
+        if not rdzv_id:
+            raise DistributedSetupError("an elastic (c10d) rendezvous needs rdzv_id: a name for the job that every "
+                                        "node passes, e.g. rdzv_id='course-job-42'")
+        where = ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
+    else:
+        where = [f"--node-rank={node_rank}", f"--master-addr={master_addr}",
+                 f"--master-port={master_port or free_port()}"]
+    return [*head, *where, f"--max-restarts={max_restarts}", f"--monitor-interval={monitor_interval}", *ENTRY, *args]
+
+
+def first_host(hostfile: str | Path) -> str:
+    """The first host named in an Open MPI hostfile ("node01 slots=2" per line, # comments).
+
+    Open MPI fills the hosts in hostfile order (``--map-by slot``), so rank 0 runs there: it is
+    the job's ``MASTER_ADDR``. (``127.0.0.1`` names a different machine on every node.)
+    """
+    for line in Path(hostfile).read_text().splitlines():
+        words = line.split("#", 1)[0].split()
+        if words:
+            return words[0]
+    raise DistributedSetupError(f"hostfile {hostfile} names no host: write one machine per line, e.g. 'node01 slots=2'")
 
 
 def mpirun_command(np: int, args: Sequence[str], master_port: int | None = None, *,
+                   hostfile: str | Path | None = None, master_addr: str | None = None,
                    check: bool = True) -> list[str]:
-    """An Open MPI line running the entry point on this machine (the collectives still use gloo/nccl)."""
+    """An Open MPI line running the entry point (the collectives still use gloo/nccl).
+
+    Without ``hostfile`` every rank runs on this machine and meets at 127.0.0.1. With a
+    hostfile the ranks are placed on its hosts in order (``--map-by slot``) and ``MASTER_ADDR``
+    is rank 0's host, the hostfile's first (``first_host``), unless ``master_addr`` is given.
+    """
     mpirun = shutil.which("mpirun")
     if mpirun is None:
         raise DistributedSetupError("mpirun not found: install Open MPI "
                                     "(Debian/Ubuntu: apt-get update && apt-get install -y openmpi-bin).")
-    if check:
+    if check and hostfile is None:  # with a hostfile the ranks spread over machines this one cannot see
         _check_entry_args(np, args)
     # Open MPI refuses to run as root unless told, and more ranks than slots without --oversubscribe.
     extra = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
     forwarded = [x for var in ("PATH", "PYTHONPATH", "COURSE_PROFILE", "COURSE_DATA", "COURSE_DATA_DIR",
                                "OMP_NUM_THREADS", "TQDM_DISABLE")
                  if var in os.environ for x in ("-x", var)]
+    if hostfile is not None:
+        where = ["--hostfile", str(hostfile), "--map-by", "slot"]
+        master_addr = master_addr or first_host(hostfile)
+    else:
+        where = ["--oversubscribe"]
+        master_addr = master_addr or "127.0.0.1"
     # --bind-to none: the entry point pins each rank itself, from its local rank and the topology
-    return [mpirun, *extra, "--oversubscribe", "--bind-to", "none", "-np", str(np),
-            "-x", "MASTER_ADDR=127.0.0.1", "-x", f"MASTER_PORT={master_port or free_port()}", *forwarded,
+    return [mpirun, *extra, *where, "--bind-to", "none", "-np", str(np),
+            "-x", f"MASTER_ADDR={master_addr}", "-x", f"MASTER_PORT={master_port or free_port()}", *forwarded,
             sys.executable, *ENTRY, *args]
 
 

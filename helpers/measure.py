@@ -290,9 +290,13 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
 
 
 def _progress(total: int, desc: str) -> Any:
+    """A tqdm bar; TQDM_DISABLE=1 (CI, committed runs) turns it off, also for the notebook widget."""
+    import os
+
     from tqdm.auto import tqdm
 
-    return tqdm(total=total, desc=desc, leave=False)
+    off = os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
+    return tqdm(total=total, desc=desc, leave=False, disable=off)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,8 @@ lever:
   machines grouped by hardware class, with the published ratio beside it; where an
   experiment has no baseline, the measured values with their unit;
 * repeated runs of one machine merged (median of the runs' medians, the overall min-max,
-  the repeats added up); a ratio whose repeats overlap so much that the variant might be no
+  the repeats added up); a ratio whose verdict (``helpers.measure.verdict`` over the paired
+  rounds) is "no measurable difference", or that has no paired rounds, so that the variant might be no
   better or worse than the baseline is marked with ``~``.
 
 The output depends only on the rows read, not on the order of the paths or the time of the
@@ -111,6 +112,8 @@ class Cell:
     ratio_low: float | None = None
     ratio_high: float | None = None
     unclear: bool = False
+    values: list[float] = field(default_factory=list)
+    verdict: str = ""
 
 
 @dataclass
@@ -166,12 +169,24 @@ def _ratio(base: float, value: float, lower_is_better: bool) -> float | None:
     return value / base if base else None
 
 
-def _ratio_range(base: Cell, cell: Cell, lower_is_better: bool) -> tuple[float, float] | None:
-    if min(base.min, cell.min) <= 0:
-        return None
-    if lower_is_better:
-        return base.min / cell.max, base.max / cell.min
-    return cell.min / base.max, cell.max / base.min
+def _judge(cell: Cell, base: Cell, lower_is_better: bool, is_baseline: bool) -> None:
+    """Ratio, interval and word of ``helpers.measure.verdict`` for one machine's merged rounds.
+
+    Only paired rounds (the same number of values, measured in the same interleaved rounds)
+    can be judged; otherwise the ratio of the medians is shown and marked unclear."""
+    from .measure import NO_DIFFERENCE, verdict  # noqa: PLC0415  (torch is imported only to judge)
+
+    cell.ratio = _ratio(base.median, cell.median, lower_is_better)
+    if is_baseline:
+        cell.verdict = "baseline"
+        return
+    if base.values and len(base.values) == len(cell.values) and min(base.values + cell.values) > 0:
+        v = verdict(base.values, cell.values, higher_is_better=not lower_is_better)
+        cell.ratio, cell.ratio_low, cell.ratio_high, cell.verdict = v.ratio, v.low, v.high, v.word
+        cell.unclear = v.word == NO_DIFFERENCE
+    else:
+        cell.verdict = "not paired"
+        cell.unclear = True
 
 
 def machines_of(rows: Sequence[Row]) -> dict[str, Machine]:
@@ -216,19 +231,15 @@ def levers_of(rows: Sequence[Row]) -> list[Lever]:
         for (machine, variant), rs in per.items():
             lever.cells[(machine, variant)] = Cell(
                 median=statistics.median(r.median for r in rs), min=min(r.min for r in rs),
-                max=max(r.max for r in rs), repeats=sum(r.repeats for r in rs), runs=len(rs))
+                max=max(r.max for r in rs), repeats=sum(r.repeats for r in rs), runs=len(rs),
+                values=[v for r in rs for v in r.values])  # runs in time order: round i stays paired
         for (machine, variant), cell in lever.cells.items():
             base = lever.cells.get((machine, lever.baseline)) if lever.baseline else None
             if base is None:
                 ratios = [r.ratio for r in per[(machine, variant)] if r.ratio is not None]
                 cell.ratio = statistics.median(ratios) if ratios else None
                 continue
-            cell.ratio = _ratio(base.median, cell.median, lever.lower_is_better)
-            span = _ratio_range(base, cell, lever.lower_is_better)
-            if span is not None and variant != lever.baseline:
-                cell.ratio_low, cell.ratio_high = span
-                both_repeated = base.repeats > 1 and cell.repeats > 1
-                cell.unclear = both_repeated and span[0] < 1 < span[1]
+            _judge(cell, base, lever.lower_is_better, variant == lever.baseline)
         levers.append(lever)
     return levers
 
@@ -309,7 +320,7 @@ def lever_figure(lever: Lever, machines: dict[str, Machine], path: Path) -> Path
         seen_classes.add(m.hardware)
         bars = ax.bar(xs, ys, width=width * 0.9, color=colour[m.hardware], label=label, yerr=[lo, hi], capsize=2)
         for bar, vague in zip(bars, unclear):
-            if vague:  # the repeats overlap the baseline's: hatched, like the "~" in the table
+            if vague:  # the verdict does not call it: hatched, like the "~" in the table
                 bar.set_hatch("//")
     pubs = [(i, lever.published[v]) for i, v in enumerate(lever.variants) if v in lever.published]
     if pubs:
@@ -343,11 +354,13 @@ def write_index(rows: Sequence[Row], out: Path | str) -> Path:
              "by a private id (a salted hash; no user, host or path); repeated runs of one machine are merged.", "",
              "## Machines", "", machines_table(machines).to_markdown(), ""]
     lines += ["## Comparisons", "",
-              f"Ratios: baseline / variant for times, variant / baseline otherwise (> 1 means better), from each "
-              f"machine's merged medians. `{UNCLEAR}` marks a ratio whose repeats overlap the baseline's so much "
-              "that the variant may be no better or worse. Columns are grouped by hardware class; the published "
-              "figure is the last column and the black diamonds in the figures; error bars span the repeats' range and "
-              f"hatched bars are the `{UNCLEAR}` ratios.", ""]
+              f"Ratios: baseline / variant for times, variant / baseline otherwise (> 1 means better): the median "
+              f"over each machine's paired rounds (its runs merged). `{UNCLEAR}` marks a ratio that the course's one "
+              "comparison rule, helpers.measure.verdict, does not call (its 95% interval reaches within 2% of 1.0, "
+              "or the rows carry no paired rounds): the variant may be no better or worse. Columns are grouped by "
+              "hardware class; the published figure is the last column and the black diamonds in the figures; error "
+              f"bars span the verdict's interval (the repeats' range where there is none) and hatched bars are the "
+              f"`{UNCLEAR}` ratios.", ""]
     for old in sorted((out / "figures").glob("*.png")):  # figures of an earlier pooling into this folder
         old.unlink()
     used: set[str] = set()

@@ -3,12 +3,15 @@
 ``formats()`` tabulates FP64/FP32/TF32/FP16/BF16 from ``torch.finfo`` (TF32 is a math mode of
 NVIDIA tensor cores, not a storage dtype, so its row is computed from its bit layout);
 ``underflow()`` shows which small gradient values survive a cast to each format, with and
-without loss scaling; ``tf32`` switches TF32 matmuls on or off as a context manager.
+without loss scaling; ``tf32`` switches TF32 matmuls on or off as a context manager;
+``precision_bits`` and ``rounding_error`` show the other side of a format, its precision:
+how far one value moves when it is rounded to the format.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 from typing import Iterator, Sequence
 
 import torch
@@ -103,3 +106,21 @@ def underflow_fraction(tensors: Sequence[torch.Tensor], dtype: torch.dtype, scal
     if nonzero == 0:
         raise ValueError("no non-zero values to check")
     return lost / nonzero
+
+
+def precision_bits(dtype: torch.dtype) -> int:
+    """Bits of precision of a floating dtype: its stored fraction bits plus the implicit leading 1
+    (FP32 24, FP16 11, BF16 8). Rounding to nearest moves a normal value by at most 2**-bits of it."""
+    if not dtype.is_floating_point:
+        raise ValueError(f"{dtype} is not a floating-point dtype")
+    return 1 - round(math.log2(torch.finfo(dtype).eps))
+
+
+def rounding_error(values: torch.Tensor, dtype: torch.dtype) -> float:
+    """Median relative error |x - round(x)| / |x| when the non-zero ``values`` are cast to ``dtype``
+    and back (values outside the format's range give inf or 1.0: pass values in range to see precision)."""
+    x = values.detach().double().flatten()
+    x = x[x != 0]
+    if x.numel() == 0:
+        raise ValueError("no non-zero values to round")
+    return float(((x.to(dtype).double() - x).abs() / x.abs()).median())

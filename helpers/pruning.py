@@ -5,6 +5,10 @@ NNI 3.0 (archived) still computes L1-norm masks on current PyTorch, but its own
 So the course splits the job: NNI's masks say which output channels of each Conv2d are
 zero; Torch-Pruning's dependency graph removes exactly those channels and everything
 coupled to them (the next layer's input channels, the flattened Linear inputs).
+
+``prune_round_to`` is the other route, Torch-Pruning alone: its ``MetaPruner`` ranks the filters
+by L1 norm and, with ``round_to=k``, keeps a multiple of k filters per layer (``kept_channels``
+says how many), the channel counts that vectorised convolution kernels handle best.
 """
 
 from __future__ import annotations
@@ -134,3 +138,53 @@ def try_nni_speedup(model: nn.Module, masks: dict[str, dict[str, torch.Tensor]],
     except Exception as exc:  # we want to show whatever NNI raises
         return f"{type(exc).__name__}: {exc}"
     return "ok"
+
+
+def kept_channels(channels: int, sparsity: float, round_to: int | None = None) -> int:
+    """Filters Torch-Pruning's ``MetaPruner`` keeps of ``channels`` at ``sparsity`` (local pruning).
+
+    It keeps ``int(channels * (1 - sparsity))``; with ``round_to=k`` that number rounded *down*
+    to a multiple of k (so 26 -> 24 with k=8; a count below k becomes 0, which MetaPruner then
+    refuses to apply).
+    """
+    sparsity = check_sparsity(sparsity)
+    if channels < 1:
+        raise PruningError(f"channels must be a positive count; got {channels!r}")
+    if round_to is not None and round_to < 1:
+        raise PruningError(f"round_to must be a positive multiple, e.g. 8; got {round_to!r}")
+    keep = int(channels * (1 - sparsity))
+    return keep - keep % round_to if round_to else keep
+
+
+def prune_round_to(model: nn.Module, sparsity: float, example_inputs: torch.Tensor, *,
+                   round_to: int | None = 8) -> PruneReport:
+    """Torch-Pruning alone: L1-norm filter pruning of every Conv2d with ``MetaPruner(round_to=...)``.
+
+    The Linear layers are not pruned as roots (as with ``prune``), only their inputs follow the
+    removed filters. Raises PruningError, before touching the model, when rounding would leave a
+    layer with no filter. Note that MetaPruner ranks a filter by the L1 norm of the whole group
+    it couples (the filter and the next layer's matching inputs), so it may keep other filters
+    than NNI's per-layer ranking; the channel counts are what ``kept_channels`` says.
+    """
+    import torch_pruning as tp
+
+    sparsity = check_sparsity(sparsity)
+    convs = {n: m for n, m in model.named_modules() if isinstance(m, nn.Conv2d)}
+    if not convs:
+        raise PruningError("the model has no layer of type Conv2d to prune")
+    ch_before = {n: m.out_channels for n, m in convs.items()}
+    target = {n: kept_channels(c, sparsity, round_to) for n, c in ch_before.items()}
+    empty = [f"{n} ({ch_before[n]} filters -> {k})" for n, k in target.items() if k < 1]
+    if empty:
+        raise PruningError(f"round_to={round_to} at {sparsity:.0%} would leave no filter in "
+                           f"{', '.join(empty)}: choose a lower sparsity or a smaller round_to")
+    before = count_parameters(model)
+    ignored = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    with torch.enable_grad():  # the dependency graph is traced through autograd
+        pruner = tp.pruner.MetaPruner(model, example_inputs, importance=tp.importance.MagnitudeImportance(p=1),
+                                      pruning_ratio=sparsity, round_to=round_to, ignored_layers=ignored)
+        pruner.step()
+    ch_after = {n: m.out_channels for n, m in convs.items()}
+    if ch_after != target:  # the contract above; a newer Torch-Pruning that rounds otherwise must not go unnoticed
+        raise PruningError(f"Torch-Pruning kept {ch_after} filters, expected {target}")
+    return PruneReport(sparsity, before, count_parameters(model), ch_before, ch_after)

@@ -14,10 +14,14 @@ field              meaning
 ``metric``         what was measured, e.g. ``"epoch_time"``, ``"step_time"``, ``"accuracy"``
 ``unit``           ``"s"``, ``"ms"``, ``"%"``, ``"images/s"`` ...
 ``median``         median over the repeats; ``min`` and ``max`` their range; ``repeats`` how many
+``values``         the repeats themselves, in round order (round i of every variant of one
+                   experiment ran in the same interleaved round), so that a reader can apply
+                   ``helpers.measure.verdict`` to any pair; empty in rows written before it existed
 ``lower_is_better``  True for times, False for accuracy and throughput
 ``baseline``       the variant the ratio is taken against (same run), or null
 ``ratio``          speed-up against the baseline, measured in the same run: baseline/variant
-                   when lower is better, variant/baseline otherwise (> 1 means better); null
+                   when lower is better, variant/baseline otherwise (> 1 means better), the
+                   median over paired rounds when both have the same rounds; null
                    for the baseline's own metric-less rows
 ``published``      the published value for this variant and metric, when one exists
 ``published_ratio``  the published speed-up for the same comparison, when one exists
@@ -86,6 +90,7 @@ class Row:
     versions: dict[str, Any] = field(default_factory=dict)
     time: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    values: list[float] = field(default_factory=list)
     version: int = SCHEMA_VERSION
 
     @property
@@ -123,7 +128,9 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
               extra: dict[str, dict[str, Any]] | None = None) -> list[Row]:
     """Rows for one experiment: ``values`` maps each variant to its repeated measurements.
 
-    ``ratio`` is computed from the medians against ``baseline`` (same run); ``published``
+    ``ratio`` is the median over rounds of the per-round ratio against ``baseline`` when both
+    have the same number of values (interleaved rounds, paired), else the ratio of the medians;
+    ``published``
     maps variants to published values of the same metric, from which ``published_ratio``
     is computed against the published baseline when both exist.
     """
@@ -139,7 +146,11 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
     pub = published or {}
     rows = []
     for variant, vals in values.items():
-        ratio = _ratio(medians.get(baseline), medians[variant], lower_is_better) if baseline else None
+        base_vals = values.get(baseline) if baseline else None
+        if base_vals is not None and len(base_vals) == len(vals):
+            ratio = _median([_ratio(b, v, lower_is_better) or 0.0 for b, v in zip(base_vals, vals)])
+        else:
+            ratio = _ratio(medians.get(baseline), medians[variant], lower_is_better) if baseline else None
         p = pub.get(variant)
         pub_ratio = (_ratio(pub.get(baseline), p, lower_is_better)
                      if baseline and p is not None and pub.get(baseline) is not None else None)
@@ -147,7 +158,8 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
                         median=medians[variant], min=float(min(vals)), max=float(max(vals)), repeats=len(vals),
                         lower_is_better=lower_is_better, baseline=baseline, ratio=ratio, published=p,
                         published_ratio=pub_ratio, published_source=published_source if p is not None else None,
-                        time=_now(), extra=dict((extra or {}).get(variant, {})), **ctx))
+                        time=_now(), extra=dict((extra or {}).get(variant, {})), values=[float(v) for v in vals],
+                        **ctx))
     return rows
 
 

@@ -274,7 +274,10 @@ def openmp_env(variant: str, threads: int, topo: Topology | None = None) -> dict
 
     * ``gnu-default``: only OMP_NUM_THREADS (the runtime places threads as it likes);
     * ``gnu-bound``: GNU OpenMP with threads bound one per physical core
-      (OMP_PROC_BIND, OMP_SCHEDULE=STATIC, GOMP_CPU_AFFINITY from the topology);
+      (OMP_PROC_BIND, GOMP_CPU_AFFINITY from the topology). The book also set
+      OMP_SCHEDULE=STATIC; it is left out because it only sets the schedule of loops declared
+      ``schedule(runtime)``, and PyTorch's own parallel loops split their range by thread
+      number themselves (ATen/ParallelOpenMP.h), so it changes nothing for them;
     * ``intel``: Intel's libiomp5 through LD_PRELOAD, KMP_AFFINITY proclist, KMP_BLOCKTIME=0.
 
     OpenMP reads these once at start-up, so they only take effect in a new process.
@@ -293,7 +296,7 @@ def openmp_env(variant: str, threads: int, topo: Topology | None = None) -> dict
         )
     env = {"OMP_NUM_THREADS": str(threads)}
     if variant == "gnu-bound":
-        env.update({"OMP_PROC_BIND": "TRUE", "OMP_SCHEDULE": "STATIC", "GOMP_CPU_AFFINITY": gomp_cpu_affinity(cpus)})
+        env.update({"OMP_PROC_BIND": "TRUE", "GOMP_CPU_AFFINITY": gomp_cpu_affinity(cpus)})
     elif variant == "intel":
         lib = intel_openmp_library()
         if lib is None:
@@ -329,51 +332,131 @@ def rank_cpus(local_rank: int, local_world_size: int, topo: Topology | None = No
     return [cpu for group in mine for cpu in group]
 
 
-# (helpers.startup: import torch without the collector's rescans, skip its exit-time collection)
-_PROBE = ("from helpers.startup import import_frozen, exit_without_collection; import_frozen('torch'); import torch; "
-          "x = torch.ones(512, 512); [torch.relu(x @ x).sum() for _ in range(3)]; exit_without_collection()")
+# The probe child: the course's child-process protocol (helpers.children) on a copy of the real
+# stdout, with the C-level stdout sent to stderr, so that what the OpenMP runtimes print (GNU's
+# settings at load, Intel's at its first parallel region, the per-thread affinity lines of
+# OMP_DISPLAY_AFFINITY, which Intel's runtime writes to stdout) all lands in the child's stderr.
+_PROBE = ("import os; protocol = os.fdopen(os.dup(1), 'w'); os.dup2(2, 1); "
+          "from helpers.system import _serve_probe; _serve_probe(protocol)")
 
 
-def openmp_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 120) -> dict[str, object]:
-    """Which OpenMP runtime serves torch's parallel regions in a new process with ``env``.
+def _serve_probe(protocol: object) -> None:
+    """The probe child: import torch, then run a few parallel operators per request."""
+    import ctypes
 
-    Starts ``python`` with OMP_DISPLAY_ENV=VERBOSE and runs a few parallel ops. GNU libgomp
-    prints its settings when it is loaded (torch always loads it); Intel's libiomp5 prints
-    its own format (lines tagged ``[host]``) only when it initialises, i.e. when it
-    actually runs a parallel region -- which is the proof that LD_PRELOAD took effect.
-    """
-    import subprocess
+    from .children import serve
+    from .startup import exit_without_collection, import_frozen
 
-    child_env = {**os.environ, **(env or {}), "OMP_DISPLAY_ENV": "VERBOSE"}
-    proc = subprocess.run([sys.executable, "-c", _PROBE], env=child_env, capture_output=True,
-                          text=True, timeout=timeout)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the probe process failed (exit {proc.returncode}): {proc.stderr.strip()[-300:]}")
-    text = proc.stdout + proc.stderr
-    intel = "[host]" in text
-    gnu = "OMP_WAIT_POLICY = '" in text
-    settings = {}
+    import_frozen("torch")  # starts sooner (see helpers.startup)
+    import torch
+
+    def handle(request: dict[str, object]) -> dict[str, object]:
+        x = torch.ones(512, 512)
+        for _ in range(3):
+            torch.relu(x @ x).sum()
+        ctypes.CDLL(None).fflush(None)  # the runtimes' buffered C stdio reaches stderr now
+        return {"torch_threads": torch.get_num_threads()}
+
+    serve(handle, stdout=protocol)
+    exit_without_collection()
+
+
+def _display_blocks(text: str) -> list[list[str]]:
+    blocks, current = [], None
     for line in text.splitlines():
-        line = line.strip().removeprefix("[host] ")
+        if "OPENMP DISPLAY ENVIRONMENT BEGIN" in line:
+            current = []
+        elif "OPENMP DISPLAY ENVIRONMENT END" in line:
+            if current is not None:
+                blocks.append(current)
+            current = None
+        elif current is not None:
+            current.append(line.strip())
+    return blocks
+
+
+def _settings(lines: list[str]) -> dict[str, str]:
+    out = {}
+    for line in lines:
+        line = line.removeprefix("[host]").strip()
         for sep in (" = ", "="):
-            if sep in line and line.split(sep, 1)[0].isupper():
-                key, value = line.split(sep, 1)
-                settings.setdefault(key.strip(), value.strip().strip("'"))
+            key, found, value = line.partition(sep)
+            if found and key.strip().lstrip("_").replace("_", "").isalnum() and key.strip().isupper():
+                out.setdefault(key.strip(), value.strip().strip("'"))
                 break
-    return {"served_by": "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown",
-            "intel_initialised": intel, "gnu_loaded": gnu, "settings": settings}
+    return out
+
+
+_GNU_AFFINITY = re.compile(r"^level \d+ thread \S+ affinity (\S+)$")
+_INTEL_AFFINITY = re.compile(r"^OMP: pid \d+ tid \d+ thread (\d+) bound to OS proc set \{([^}]*)\}$")
+
+
+def parse_openmp_display(text: str) -> dict[str, object]:
+    """What the OpenMP runtimes printed under OMP_DISPLAY_ENV=VERBOSE and OMP_DISPLAY_AFFINITY=TRUE.
+
+    GNU libgomp prints its settings when it is loaded (torch always loads it) as ``KEY = 'value'``;
+    Intel's libiomp5 prints its own (``[host] KEY='value'``) only when it initialises, i.e. when it
+    really runs a parallel region. Each runtime that runs a parallel region prints one affinity
+    line per thread: the CPUs the thread is allowed on, as the runtime applied its binding.
+    Returns ``served_by``, ``intel_initialised``, ``gnu_loaded``, ``gnu_settings``,
+    ``intel_settings``, ``settings`` (those of the runtime that served), ``bound_to`` (one CPU
+    set per thread, e.g. ``["0", "1"]`` or ``["0-1", "0-1"]``) and ``binding`` (one line).
+    """
+    gnu, intel = {}, {}
+    for block in _display_blocks(text):
+        if any(line.startswith("[host]") for line in block):
+            intel = _settings(block)
+        else:
+            gnu = _settings(block)
+    bound: dict[int, str] = {}
+    gnu_threads: list[str] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if m := _INTEL_AFFINITY.match(line):
+            bound.setdefault(int(m.group(1)), m.group(2).replace(",", " "))
+        elif m := _GNU_AFFINITY.match(line):
+            gnu_threads.append(m.group(1).replace(",", " "))
+    bound_to = [bound[i] for i in sorted(bound)] if bound else gnu_threads
+    served = "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown"
+    return {"served_by": served, "intel_initialised": bool(intel), "gnu_loaded": bool(gnu),
+            "gnu_settings": gnu, "intel_settings": intel, "settings": intel or gnu,
+            "bound_to": bound_to, "binding": binding_summary(bound_to)}
+
+
+def binding_summary(bound_to: list[str]) -> str:
+    """One line for the per-thread CPU sets a runtime reported: pinned one CPU each, or not."""
+    if not bound_to:
+        return "not reported"
+    single = all(re.fullmatch(r"\d+", cpus.strip()) for cpus in bound_to)
+    if single and len(set(bound_to)) == len(bound_to):
+        return "pinned, one CPU each: " + ", ".join(f"thread {i} on {c}" for i, c in enumerate(bound_to))
+    if len(set(bound_to)) == 1:
+        return f"not pinned: every thread may run on CPUs {bound_to[0]}"
+    return "; ".join(f"thread {i} on {c}" for i, c in enumerate(bound_to))
 
 
 def openmp_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: float = 120) -> dict[str, dict[str, object]]:
-    """``openmp_in_fresh_process`` for each of ``envs`` (name -> variables), keyed the same way.
+    """Which OpenMP runtime serves torch's parallel regions, and how it bound its threads, in a
+    new process per entry of ``envs`` (name -> extra environment variables), keyed the same way.
 
-    A probe only reads which runtime answered and with which settings -- it times nothing --
-    so the processes run side by side, one per logical CPU.
+    Each process runs with OMP_DISPLAY_ENV=VERBOSE and OMP_DISPLAY_AFFINITY=TRUE and computes a
+    few parallel operators; ``parse_openmp_display`` reads what the runtimes printed. A probe
+    times nothing, so the processes start side by side (``helpers.children``).
     """
-    from concurrent.futures import ThreadPoolExecutor
+    from .children import Children
 
     if not envs:
         return {}
-    with ThreadPoolExecutor(max_workers=max(1, min(len(envs), os.cpu_count() or 1))) as pool:
-        futures = {name: pool.submit(openmp_in_fresh_process, env, timeout) for name, env in envs.items()}
-        return {name: future.result() for name, future in futures.items()}
+    shown = {"OMP_DISPLAY_ENV": "VERBOSE", "OMP_DISPLAY_AFFINITY": "TRUE"}
+    commands = {name: ([sys.executable, "-c", _PROBE], {**(env or {}), **shown}) for name, env in envs.items()}
+    out = {}
+    with Children(commands, startup_timeout=timeout) as kids:
+        for name in envs:
+            threads = kids.ask(name, {}, timeout=timeout)["torch_threads"]
+            out[name] = {**parse_openmp_display(kids.stderr(name)), "torch_threads": threads}
+    return out
+
+
+def openmp_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 120) -> dict[str, object]:
+    """``openmp_in_fresh_processes`` for one environment (see there)."""
+    return openmp_in_fresh_processes({"probe": env}, timeout)["probe"]

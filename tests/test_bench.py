@@ -120,12 +120,26 @@ def test_share_above_peak_is_explained_and_rows_carry_it():
     assert other[0].published is None  # not the blog's settings: no published value beside it
 
 
-def test_published_ratios():
-    fake = bench.StepTimes("resnet18", "cpu", [0.1, 0.1])
+def test_published_ratios_use_your_median_not_the_mean():
+    # One 9.7 s step among 0.9 s steps: the mean triples, the median stays (the chapter's workshop run).
+    fake = bench.StepTimes("resnet18", "cpu", [0.9] * 19 + [9.7])
+    assert fake.mean_ms == pytest.approx(1340.0) and fake.median_ms == pytest.approx(900.0)
     table = bench.published_table([fake])
     row = next(r for r in table.as_dicts() if r["published setup"] == "pytorch/cuda | Nvidia rtx 2060s")
-    assert row["resnet18"] == pytest.approx(38.624 / 100.0)
+    assert row["resnet18 (x)"] == pytest.approx(38.624 / 900.0)
     assert len(table) == 10
+    assert "median 900.0 ms" in table.note and "mean 1340.0 ms, the blog's statistic" in table.note
+
+
+def test_results_table_leads_with_the_median_and_labels_the_mean():
+    fake = bench.StepTimes("resnet18", "cpu", [0.9, 0.9, 9.7], {p: [0.1, 0.1, 5.0] for p in bench.PHASES})
+    table = bench.results_table([fake])
+    assert table.columns[1] == "median ms/step" and "mean ms/step (blog's statistic)" in table.columns
+    row = table.as_dicts()[0]
+    assert row["median ms/step"] == pytest.approx(900.0)
+    assert row["mean ms/step (blog's statistic)"] == pytest.approx(3833.33, rel=1e-4)
+    assert row["forward median ms"] == pytest.approx(100.0)  # phases: medians too
+    assert "median: the course's statistic" in table.note
 
 
 def test_command_line(tmp_path):

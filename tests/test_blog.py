@@ -11,8 +11,26 @@ def test_sd21_unet_has_the_published_parameter_count():
     assert models.count_parameters(unet) == blog.SD21_UNET_PARAMETERS == 865_910_724
 
 
+def test_narrow_unet_keeps_the_layout_of_sd21():
+    full, narrow = blog.sd21_unet(device="meta"), blog.sd21_unet("narrow", device="meta")
+    assert models.count_parameters(narrow) == blog.NARROW_UNET_PARAMETERS == 83_397_412
+    for key in ("down_block_types", "up_block_types", "layers_per_block", "cross_attention_dim", "in_channels",
+                "use_linear_projection", "upcast_attention"):
+        assert narrow.config[key] == full.config[key], key
+    widths = [n / f for n, f in zip(narrow.config.block_out_channels, full.config.block_out_channels)]
+    assert widths == [0.3] * 4
+    with pytest.raises(ValueError, match="full, narrow, tiny"):
+        blog.sd21_unet("medium", device="meta")
+
+
+def test_unet_weights_come_from_the_seed():
+    a, b, c = blog.sd21_unet("tiny", seed=1), blog.sd21_unet("tiny", seed=1), blog.sd21_unet("tiny", seed=2)
+    pa, pb, pc = (next(m.parameters()) for m in (a, b, c))
+    assert torch.equal(pa, pb) and not torch.equal(pa, pc)
+
+
 def test_tiny_unet_step_runs_and_keeps_the_latent_shape():
-    unet = blog.sd21_unet(tiny=True)
+    unet = blog.sd21_unet("tiny")
     step = blog.unet_step(unet, device="cpu", image_size=32, batch=2, text_tokens=5)
     step()
     out = unet(torch.zeros(1, 4, 4, 4), torch.tensor([1]), encoder_hidden_states=torch.zeros(1, 5, 64)).sample
@@ -21,7 +39,7 @@ def test_tiny_unet_step_runs_and_keeps_the_latent_shape():
 
 def test_unet_step_rejects_sizes_the_vae_cannot_make():
     with pytest.raises(ValueError, match="multiple of 8"):
-        blog.unet_step(blog.sd21_unet(tiny=True), device="cpu", image_size=30)
+        blog.unet_step(blog.sd21_unet("tiny"), device="cpu", image_size=30)
 
 
 def test_transformer_net_is_the_fast_neural_style_network():

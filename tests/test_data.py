@@ -167,3 +167,88 @@ def test_standin_tensors_equal_torchvision_to_tensor(name, monkeypatch):
         assert torch.equal(a, b)
     assert data.array_to_tensor(np.zeros((2, 3), np.uint8)).shape == (1, 2, 3)
     assert data.array_to_tensor(np.full((2, 3, 3), 255, np.uint8)).max() == 1.0
+
+
+def test_download_lock_excludes_a_second_holder(tmp_path):
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+    order = []
+
+    def first():
+        with data.download_lock(tmp_path, "cifar-10-batches-py") as path:
+            order.append("first in")
+            held.set()
+            release.wait(5)
+            order.append("first out")
+        assert path == tmp_path / ".cifar-10-batches-py.lock"
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert held.wait(5)
+    with pytest.raises(data.DownloadLockTimeout, match="download lock"):  # held by the thread: we must wait
+        with data.download_lock(tmp_path, "cifar-10-batches-py", timeout=0.2):
+            pass
+    with data.download_lock(tmp_path, "FashionMNIST", timeout=0.2):  # another dataset: its own lock
+        order.append("other dataset")
+    release.set()
+    with data.download_lock(tmp_path, "cifar-10-batches-py", timeout=5):
+        order.append("second in")
+    t.join()
+    assert order == ["first in", "other dataset", "first out", "second in"]
+
+
+def test_download_lock_serialises_processes(tmp_path):
+    import multiprocessing as mp
+
+    log = tmp_path / "log.txt"
+    ctx = mp.get_context("fork")
+    procs = [ctx.Process(target=_hold_lock_and_log, args=(tmp_path, log, f"p{i}")) for i in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(20)
+    assert [p.exitcode for p in procs] == [0, 0]
+    lines = log.read_text().split()
+    # each process writes "start" and "end" inside the lock: the two pairs never interleave
+    assert sorted(lines) == sorted(["p0:start", "p0:end", "p1:start", "p1:end"])
+    assert lines[0].split(":")[0] == lines[1].split(":")[0] and lines[2].split(":")[0] == lines[3].split(":")[0]
+
+
+def _hold_lock_and_log(root, log, name):
+    import time
+
+    with data.download_lock(root, "cifar-10-batches-py", timeout=20):
+        with open(log, "a") as f:
+            f.write(f"{name}:start\n")
+        time.sleep(0.3)
+        with open(log, "a") as f:
+            f.write(f"{name}:end\n")
+
+
+def test_download_lock_fallbacks(tmp_path, monkeypatch):
+    target = tmp_path / "readonly"
+    target.write_text("a file where the folder should be: the lock file cannot be created")
+    with data.download_lock(target, "x") as path:  # cannot lock there: nothing is downloaded there either
+        assert path is None
+    monkeypatch.setattr(data, "_fcntl", None)
+    monkeypatch.setattr(data, "_msvcrt", None)
+    with pytest.warns(RuntimeWarning, match="download the dataset first"):
+        with data.download_lock(tmp_path, "x") as path:
+            assert path is None
+
+
+def test_real_dataset_is_checked_under_the_lock(tmp_path, monkeypatch):
+    seen = []
+
+    class Checks(torch.utils.data.Dataset):
+        def __init__(self, root, train, transform, download):
+            lock = tmp_path / ".cifar-10-batches-py.lock"
+            seen.append(lock.exists())
+            with pytest.raises(data.DownloadLockTimeout):  # a second process would wait here
+                with data.download_lock(tmp_path, "cifar-10-batches-py", timeout=0.1):
+                    pass
+
+    monkeypatch.setattr(data, "_torchvision_class", lambda name: Checks)
+    data.load_dataset("cifar10", source="real", root=tmp_path)
+    assert seen == [True]

@@ -49,3 +49,60 @@ def test_cuda_message_matches_the_installed_build(monkeypatch):
     with pytest.raises(devices.DeviceError, match="built for CUDA 12.8, but it finds no NVIDIA GPU") as err:
         devices.get_device("cuda")
     assert "install a CUDA build" not in str(err.value)
+
+
+def _fake_torch_devices(monkeypatch, present):
+    """Fake the device layer of torch itself (not helpers.devices): which accelerators it reports."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: "cuda" in present)
+    monkeypatch.setattr(torch.xpu, "is_available", lambda: "xpu" in present)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: "mps" in present)
+
+
+@pytest.mark.parametrize("present, expected", [
+    ({"cuda", "xpu", "mps"}, "cuda"),   # an NVIDIA machine picks CUDA even with an Intel GPU beside it
+    ({"cuda"}, "cuda"),
+    ({"xpu", "mps"}, "xpu"),
+    ({"mps"}, "mps"),
+    (set(), "cpu"),
+])
+def test_auto_prefers_cuda_then_xpu_then_mps_then_cpu(monkeypatch, present, expected):
+    _fake_torch_devices(monkeypatch, present)
+    assert devices.get_device("auto") == torch.device(expected)
+    assert devices.available_devices()[0] == expected and devices.available_devices()[-1] == "cpu"
+
+
+def _chapter_12_device_line():
+    import json
+    from pathlib import Path
+
+    nb = Path(__file__).resolve().parent.parent / "notebooks" / "12_intel_arc_xpu.ipynb"
+    cells = json.loads(nb.read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"
+            and "solution" not in c["metadata"].get("tags", [])]
+    lines = [line for cell in code for line in cell.splitlines() if line.startswith("device = ")]
+    assert len(lines) == 1, f"chapter 12 should choose its device once, found {lines}"
+    return lines[0].split("#")[0].strip()
+
+
+@pytest.mark.parametrize("present, expected", [({"cuda"}, "cuda"), ({"cuda", "xpu"}, "cuda"), ({"xpu"}, "xpu"),
+                                               ({"mps"}, "mps"), (set(), "cpu")])
+def test_chapter_12_picks_cuda_on_an_nvidia_machine(monkeypatch, present, expected):
+    """The chapter's own device line, run with torch's device layer faked."""
+    _fake_torch_devices(monkeypatch, present)
+    scope = {"devices": devices, "torch": torch}
+    exec(_chapter_12_device_line(), scope)
+    assert scope["device"] == torch.device(expected)
+
+
+def test_low_precision_dtype(monkeypatch):
+    assert devices.low_precision_dtype("cpu") is torch.bfloat16
+    native = {"flag": True}
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: native["flag"] or including_emulation)
+    assert devices.low_precision_dtype("cuda") is torch.bfloat16
+    native["flag"] = False  # e.g. a Turing GPU: bf16 only emulated
+    assert devices.low_precision_dtype("cuda") is torch.float16
+    monkeypatch.setattr(torch.xpu, "is_bf16_supported", lambda *a, **k: True)
+    assert devices.low_precision_dtype("xpu") is torch.bfloat16
+    monkeypatch.setattr(torch.xpu, "is_bf16_supported", lambda *a, **k: False)
+    assert devices.low_precision_dtype("xpu") is torch.float16
+    assert devices.low_precision_dtype("mps") is torch.float16

@@ -141,6 +141,61 @@ def test_slurm_cpu_set_is_respected(monkeypatch):
         torch.set_num_threads(threads)
 
 
+def test_threads_per_rank_counts_physical_cores_of_the_affinity():
+    """4 physical cores with 2 hyper-threads each: 2 ranks get 2 threads each, not the 4 that
+    os.cpu_count() // 2 would give (8 logical CPUs); an affinity of 2 cores gives 1 each."""
+    smt = system.Topology(cpus=tuple(system.LogicalCPU(cpu, core, 0)
+                                     for core, g in enumerate(FOUR_CORES_SMT) for cpu in g))
+    assert smt.logical_cores == 8
+    assert D.threads_per_rank(2, smt) == 2 and D.threads_per_rank(1, smt) == 4 and D.threads_per_rank(8, smt) == 1
+    two_cores = system.Topology(cpus=tuple(system.LogicalCPU(cpu, core, 0) for core, cpu in ((0, 0), (0, 4), (1, 1))))
+    assert D.threads_per_rank(2, two_cores) == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        D.threads_per_rank(0, smt)
+
+
+# ----- the learning rate: linear scaling with a linear warm-up ---------------------------------
+
+def test_warmup_lr_rises_linearly_to_the_scaled_rate():
+    lr = lambda step: D.warmup_lr(step, base_lr=0.1, peak_lr=0.4, warmup_steps=4)
+    assert [round(lr(s), 6) for s in range(6)] == [0.1, 0.175, 0.25, 0.325, 0.4, 0.4]
+    assert D.warmup_lr(0, base_lr=0.1, peak_lr=0.4, warmup_steps=0) == 0.4  # no warm-up
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        lr(-1)
+
+
+class _RecordingSGD(torch.optim.SGD):
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.used = []
+
+    def step(self, closure=None):
+        self.used.append(self.param_groups[0]["lr"])
+        return super().step(closure)
+
+
+def _tiny_loader(samples=12, batch=4):
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    data = TensorDataset(torch.randn(samples, 3), torch.randint(0, 2, (samples,)))
+    return DataLoader(data, batch_size=batch, sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=0))
+
+
+def test_train_ddp_applies_the_warmup_to_every_step_and_resumes_it():
+    """train_ddp sets each step's rate from lr_at(global step), also after a resume mid-warm-up."""
+    lr_at = lambda step: D.warmup_lr(step, base_lr=0.01, peak_lr=0.04, warmup_steps=4)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = _RecordingSGD(model.parameters(), lr=lr_at(0))
+    done = D.train_ddp(model, _tiny_loader(), opt, epochs=2, device=torch.device("cpu"),
+                       progress=D.fresh_progress(), lr_at=lr_at)
+    assert done["step"] == 6 and opt.used == pytest.approx([0.01, 0.0175, 0.025, 0.0325, 0.04, 0.04])
+    resumed = {**D.fresh_progress(), "epoch": 1, "step": 3}  # as resume_from returns it after epoch 0
+    opt2 = _RecordingSGD(model.parameters(), lr=0.0)
+    D.train_ddp(model, _tiny_loader(), opt2, epochs=2, device=torch.device("cpu"), progress=resumed, lr_at=lr_at)
+    assert opt2.used == pytest.approx([0.0325, 0.04, 0.04])  # the schedule goes on from step 3
+
+
 # ----- collectives: payloads on the training device, never float64 -----------------------------
 
 class Recorder:
@@ -382,10 +437,16 @@ def test_two_nodes_on_localhost_use_different_cores(tmp_path):
 
 
 @needs_two_cores
-def test_mpirun_two_ranks(tmp_path):
-    out = tmp_path / "job.json"
-    job = L.run_job([L.mpirun_command(2, TINY + ["--out", str(out)])], out=out, timeout=180, env=JOB_ENV)
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI (mpirun) is not installed")
+def test_mpirun_launcher_two_ranks(tmp_path):
+    """The launcher script with a one-host hostfile: MASTER_ADDR is that host, two ranks train."""
+    out, hosts = tmp_path / "job.json", tmp_path / "hosts"
+    hosts.write_text("localhost slots=2\n")
+    env = {**JOB_ENV, "PYTHON": sys.executable, "MASTER_PORT": str(L.free_port())}
+    job = L.run_job([["bash", str(L.MPIRUN_SCRIPT), str(hosts), "2", *TINY, "--out", str(out)]], out=out,
+                    timeout=180, env=env)
     assert job.returncode == 0, job.output[-2000:]
+    assert "MASTER_ADDR=localhost" in job.output
     assert job.summary["launcher"] == "mpirun" and job.summary["world_size"] == 2
     assert job.summary["replicas_identical"] is True
 

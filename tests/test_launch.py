@@ -24,6 +24,24 @@ def test_torchrun_command_line():
     assert cmd[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
 
 
+def test_elastic_torchrun_command_line():
+    cmd = L.torchrun_command(2, ["--epochs", "1"], nnodes="1:4", rdzv_endpoint="node01:29400", rdzv_id="job-42",
+                             max_restarts=3, check=False)
+    assert "--nnodes=1:4" in cmd and "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=node01:29400" in cmd
+    assert "--rdzv-id=job-42" in cmd and not any(a.startswith(("--master-addr", "--node-rank")) for a in cmd)
+    with pytest.raises(DistributedSetupError, match="needs rdzv_id"):
+        L.torchrun_command(1, [], rdzv_endpoint="node01:29400")
+
+
+def test_first_host_of_a_hostfile(tmp_path):
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# the cluster\n\n  node07 slots=2  # head node\nnode08 slots=2\n")
+    assert L.first_host(hosts) == "node07"
+    hosts.write_text("# nothing\n\n")
+    with pytest.raises(DistributedSetupError, match="names no host"):
+        L.first_host(hosts)
+
+
 def test_free_port_is_bindable():
     port = L.free_port()
     assert 1024 < port < 65536
@@ -58,6 +76,44 @@ def test_mpirun_command(monkeypatch):
     assert cmd[0] == "/usr/bin/mpirun" and "--oversubscribe" in cmd and "MASTER_PORT=4321" in cmd
     assert cmd[cmd.index("-np") + 1] == "1" and cmd[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
     assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
+
+
+def test_mpirun_command_on_several_machines_meets_at_the_first_host(monkeypatch, tmp_path):
+    monkeypatch.setattr(L.shutil, "which", lambda name: "/usr/bin/mpirun")
+    hosts = tmp_path / "hosts"
+    hosts.write_text("node01 slots=2\nnode02 slots=2\n")
+    cmd = L.mpirun_command(4 * CORES, ["--epochs", "1"], master_port=4321, hostfile=hosts)  # not this machine's cores
+    assert "MASTER_ADDR=node01" in cmd and "MASTER_ADDR=127.0.0.1" not in cmd
+    assert cmd[cmd.index("--hostfile") + 1] == str(hosts) and cmd[cmd.index("--map-by") + 1] == "slot"
+    assert "MASTER_ADDR=10.0.0.5" in L.mpirun_command(2, [], hostfile=hosts, master_addr="10.0.0.5")
+
+
+def _fake_mpirun(tmp_path):
+    """An 'mpirun' that prints the MASTER_ADDR it was given and its arguments."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "mpirun"
+    fake.write_text('#!/bin/bash\necho "MASTER_ADDR=$MASTER_ADDR"\necho "ARGS $*"\n')
+    fake.chmod(0o755)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "MASTER_PORT": "29501"}
+
+
+def test_mpirun_launcher_script_takes_master_addr_from_the_hostfile(tmp_path):
+    env = _fake_mpirun(tmp_path)
+    env.pop("MASTER_ADDR", None)
+    hosts = tmp_path / "hosts"
+    hosts.write_text("# cluster\nnode05 slots=2\nnode06 slots=2\n")
+    proc = subprocess.run(["bash", str(L.MPIRUN_SCRIPT), str(hosts), "4", "--epochs", "1"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "MASTER_ADDR=node05\n" in proc.stdout
+    args = proc.stdout.split("ARGS ", 1)[1].split()
+    assert args[args.index("--hostfile") + 1] == str(hosts) and args[args.index("-np") + 1] == "4"
+    assert args[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
+    hosts.write_text("# empty\n")
+    proc = subprocess.run(["bash", str(L.MPIRUN_SCRIPT), str(hosts), "2"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 2 and "names no host" in proc.stderr
 
 
 def test_sbatch_command():

@@ -48,3 +48,22 @@ def test_underflow_fraction():
     assert precision.underflow_fraction([t], torch.bfloat16) == 0.0
     with pytest.raises(ValueError):
         precision.underflow_fraction([torch.zeros(3)], torch.float16)
+
+
+def test_precision_bits():
+    assert precision.precision_bits(torch.float32) == 24
+    assert precision.precision_bits(torch.float16) == 11
+    assert precision.precision_bits(torch.bfloat16) == 8
+    with pytest.raises(ValueError):
+        precision.precision_bits(torch.int32)
+
+
+def test_rounding_error_bf16_is_about_8x_fp16():
+    torch.manual_seed(0)
+    x = torch.randn(10_000) * 0.05                       # weights-like values, normal in both formats
+    e16, e_bf = precision.rounding_error(x, torch.float16), precision.rounding_error(x, torch.bfloat16)
+    assert 0 < e16 < 2.0 ** -11 and 0 < e_bf < 2.0 ** -8  # the median is below the worst case
+    assert 6 < e_bf / e16 < 10                            # 2**(11 - 8) = 8
+    assert precision.rounding_error(torch.tensor([1.0, 0.5, 0.0]), torch.float16) == 0.0  # exact values
+    with pytest.raises(ValueError):
+        precision.rounding_error(torch.zeros(3), torch.float16)

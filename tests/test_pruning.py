@@ -55,3 +55,34 @@ def test_nni_speedup_failure_is_reported_and_the_model_untouched():
     after = model.state_dict()
     assert list(after) == list(before) and all(torch.equal(before[k], after[k]) for k in before)
     assert models.count_parameters(model) == 2_122_186
+
+
+def test_kept_channels_rounds_down_like_torch_pruning():
+    assert pruning.kept_channels(32, 0.2) == 25 and pruning.kept_channels(32, 0.2, 8) == 24
+    assert pruning.kept_channels(64, 0.6, 8) == 24 and pruning.kept_channels(64, 0.5, 16) == 32
+    assert pruning.kept_channels(32, 0.8, 8) == 0
+    with pytest.raises(pruning.PruningError, match="round_to"):
+        pruning.kept_channels(32, 0.5, 0)
+    with pytest.raises(pruning.PruningError, match="between 0 and 1"):
+        pruning.kept_channels(32, 1.0)
+
+
+@pytest.mark.parametrize("sparsity,channels,params", [(0.2, (24, 48), 1_589_594), (0.6, (8, 24), 794_050)])
+def test_prune_round_to_keeps_multiples_of_eight(sparsity, channels, params):
+    model = models.book_cnn("cifar10")
+    report = pruning.prune_round_to(model, sparsity, torch.randn(1, 3, 32, 32), round_to=8)
+    assert tuple(report.channels_after.values()) == channels
+    assert report.params_before == 2_122_186 and report.params_after == params == models.count_parameters(model)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    # NNI's route at the same sparsity keeps counts that are not multiples of 8
+    nni = pruning.prune(models.book_cnn("cifar10"), sparsity, torch.randn(1, 3, 32, 32))
+    assert any(c % 8 for c in nni.channels_after.values())
+
+
+def test_prune_round_to_refuses_to_empty_a_layer():
+    model = models.book_cnn("cifar10")
+    with pytest.raises(pruning.PruningError, match="no filter in layer1.0"):
+        pruning.prune_round_to(model, 0.8, torch.randn(1, 3, 32, 32), round_to=8)
+    assert models.count_parameters(model) == 2_122_186  # untouched
+    with pytest.raises(pruning.PruningError, match="no layer of type Conv2d"):
+        pruning.prune_round_to(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5, torch.randn(1, 2))

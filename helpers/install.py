@@ -1,0 +1,204 @@
+"""Install steps of the course's Intel GPU (xpu) environment: ``make setup DEVICE=xpu``.
+
+The default environment (``make setup``) installs pyproject.toml's pins as written: PyPI's
+torch 2.8.0 (on Linux x86-64 the CUDA 12.8 build, which also runs on CPUs) and Intel's
+extension for PyTorch (IPEX) 2.8.0, a CPU-only build. An Intel GPU needs torch and
+torchvision of the same versions built for XPU, which PyTorch publishes on its own wheel
+index, and must not get the CPU build of IPEX. This module turns the pins into that
+environment's install steps:
+
+1. torch and torchvision at the pinned versions from PyTorch's XPU index (``XPU_INDEX``; it
+   also serves the Intel runtime packages they depend on);
+2. every other pin, the test extra included, from PyPI, with a constraints file that holds
+   torch and torchvision at their ``+xpu`` builds, so that no dependency can swap them for
+   PyPI's build (pip then fails instead); ``intel-extension-for-pytorch`` is left out and
+   ``intel-openmp`` is unpinned, so that it cannot conflict with the Intel runtime versions
+   that the XPU build of torch requires;
+3. the course package itself with ``--no-deps`` (its metadata still names the CPU pins).
+
+``python -m helpers.install setup --device xpu [--dry-run]`` writes the requirement and
+constraint files into the environment's folder and runs (or prints) the commands;
+``python -m helpers.install check --device xpu`` runs ``pip check`` and accepts only the
+differences this plan makes on purpose. Standard library only: it runs with the new
+environment's Python before anything is installed in it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import subprocess
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+XPU_INDEX = "https://download.pytorch.org/whl/xpu"
+FROM_TORCH_INDEX: tuple[str, ...] = ("torch", "torchvision")
+LEFT_OUT: dict[str, str] = {
+    "intel-extension-for-pytorch": "its PyPI wheel is the CPU-only build and requires PyPI's torch; "
+                                   "native torch.xpu needs no extension",
+}
+UNPINNED: dict[str, str] = {
+    "intel-openmp": "the XPU build of torch requires Intel's runtime packages at versions of its own",
+}
+REQUIREMENTS_FILE = "xpu-requirements.txt"
+CONSTRAINTS_FILE = "xpu-constraints.txt"
+ROOT = Path(__file__).resolve().parent.parent
+
+_REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==\s*([^;\s]+))?\s*(;.*)?$")
+
+
+class InstallError(RuntimeError):
+    """A pin this module cannot read, or an environment that failed its check."""
+
+
+def normalize(name: str) -> str:
+    """A distribution name as pip compares it (PEP 503): lower case, runs of -_. as one dash."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def parse_pin(line: str) -> tuple[str, str | None, str]:
+    """``"name==1.0; marker"`` -> (normalized name, version or None, marker text without ';')."""
+    match = _REQUIREMENT.match(line)
+    if not match:
+        raise InstallError(f"cannot read the requirement {line!r}: the course pins are 'name==version[; marker]'")
+    name, version, marker = match.groups()
+    return normalize(name), version, (marker or "").lstrip(";").strip()
+
+
+def course_requirements(pyproject: Path | str = ROOT / "pyproject.toml", extras: Sequence[str] = ("test",)) -> list[str]:
+    """The pins of ``[project] dependencies`` plus those of the named optional extras, as written."""
+    project = tomllib.loads(Path(pyproject).read_text())["project"]
+    optional = project.get("optional-dependencies", {})
+    unknown = [e for e in extras if e not in optional]
+    if unknown:
+        raise InstallError(f"pyproject.toml has no extra {', '.join(unknown)} (it has {', '.join(optional) or 'none'})")
+    return list(project["dependencies"]) + [r for e in extras for r in optional[e]]
+
+
+@dataclass(frozen=True)
+class XpuPlan:
+    """What goes where: torch/torchvision from the XPU index, the rest from PyPI under constraints."""
+
+    torch_requirements: list[str]
+    requirements: list[str]
+    constraints: list[str]
+    left_out: list[str]
+    project_name: str
+
+
+def xpu_plan(pyproject: Path | str = ROOT / "pyproject.toml") -> XpuPlan:
+    """Split the course's pins into the XPU environment's three install steps."""
+    torch_reqs: dict[str, str] = {}
+    rest, left_out = [], []
+    for line in course_requirements(pyproject):
+        name, version, marker = parse_pin(line)
+        if name in FROM_TORCH_INDEX:
+            if version is None:
+                raise InstallError(f"{name} must be pinned with == in pyproject.toml (found {line!r})")
+            torch_reqs[name] = version
+        elif name in LEFT_OUT:
+            left_out.append(name)
+        elif name in UNPINNED:
+            rest.append(name + (f"; {marker}" if marker else ""))
+        else:
+            rest.append(line.strip())
+    missing = [n for n in FROM_TORCH_INDEX if n not in torch_reqs]
+    if missing:
+        raise InstallError(f"pyproject.toml pins no {', '.join(missing)}")
+    project_name = tomllib.loads(Path(pyproject).read_text())["project"]["name"]
+    return XpuPlan(torch_requirements=[f"{n}=={v}" for n, v in torch_reqs.items()], requirements=rest,
+                   constraints=[f"{n}=={v}+xpu" for n, v in torch_reqs.items()], left_out=left_out,
+                   project_name=normalize(project_name))
+
+
+def write_files(plan: XpuPlan, folder: Path | str) -> tuple[Path, Path]:
+    """Write the requirements and constraints files of ``plan`` into ``folder``; return their paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    req, con = folder / REQUIREMENTS_FILE, folder / CONSTRAINTS_FILE
+    head = "# Written by python -m helpers.install from pyproject.toml; do not edit (it is rewritten).\n"
+    req.write_text(head + "".join(f"{r}\n" for r in plan.requirements))
+    con.write_text(head + "# torch and torchvision stay the XPU builds installed from " + XPU_INDEX + "\n"
+                   + "".join(f"{c}\n" for c in plan.constraints))
+    return req, con
+
+
+def xpu_commands(plan: XpuPlan, python: str, folder: Path | str, project: Path | str = ROOT) -> list[list[str]]:
+    """The commands that install the XPU environment with ``python`` (files from ``write_files`` in ``folder``)."""
+    folder = Path(folder)
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    check = ("import torch, torchvision; v = torch.__version__; "
+             "assert v.endswith('+xpu'), f'expected the XPU build of torch, found {v}'; "
+             "print('torch', v, '| torchvision', torchvision.__version__, '| xpu available:', torch.xpu.is_available())")
+    return [
+        pip + plan.torch_requirements + ["--index-url", XPU_INDEX],
+        pip + ["-r", str(folder / REQUIREMENTS_FILE), "-c", str(folder / CONSTRAINTS_FILE)],
+        pip + ["--no-deps", "-e", str(project)],
+        [python, "-c", check],
+    ]
+
+
+def unexpected_pip_check_lines(output: str, plan: XpuPlan) -> list[str]:
+    """Lines of ``pip check`` output other than the ones this plan causes on purpose: the course
+    package's own metadata naming a left-out or unpinned package. (Its ``torch==2.8.0`` is met by
+    ``2.8.0+xpu``: a local build label does not count against an exact pin, PEP 440.)"""
+    expected = set(plan.left_out) | set(UNPINNED)
+    out = []
+    for line in output.splitlines():
+        line = line.strip()
+        if not line or line.startswith("No broken requirements"):
+            continue
+        words = line.split()
+        if normalize(words[0]) == plan.project_name and any(
+                normalize(w.strip(",.")) in expected or normalize(w.split("=")[0]) in expected for w in words[2:]):
+            continue
+        out.append(line)
+    return out
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m helpers.install", description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    setup = sub.add_parser("setup", help="install the environment into the running Python's venv")
+    setup.add_argument("--device", choices=["xpu"], required=True)
+    setup.add_argument("--python", default=sys.executable, help="the environment's Python (default: this one)")
+    setup.add_argument("--folder", default=sys.prefix, help="where to write the requirement files (default: the venv)")
+    setup.add_argument("--project", default=str(ROOT), help="the course's clone (default: this one)")
+    setup.add_argument("--dry-run", action="store_true", help="write the files and print the commands, run nothing")
+    check = sub.add_parser("check", help="pip check, accepting only the differences the plan makes on purpose")
+    check.add_argument("--device", choices=["xpu"], required=True)
+    check.add_argument("--python", default=sys.executable)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    plan = xpu_plan()
+    if args.command == "setup":
+        write_files(plan, args.folder)
+        print(f"XPU environment: torch/torchvision from {XPU_INDEX}; left out: {', '.join(plan.left_out)} "
+              f"({'; '.join(LEFT_OUT[n] for n in plan.left_out)})")
+        for cmd in xpu_commands(plan, args.python, args.folder, args.project):
+            print("+", shlex.join(cmd), flush=True)
+            if not args.dry_run:
+                subprocess.run(cmd, check=True)
+        return 0
+    proc = subprocess.run([args.python, "-m", "pip", "check"], capture_output=True, text=True)
+    bad = unexpected_pip_check_lines(proc.stdout + proc.stderr, plan)
+    if bad:
+        print("pip check found problems the XPU plan does not explain:\n  " + "\n  ".join(bad), file=sys.stderr)
+        return 1
+    print(f"pip check: ok for the XPU environment ({', '.join(plan.left_out)} left out on purpose)")
+    return 0
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except (InstallError, subprocess.CalledProcessError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(1)
