@@ -400,7 +400,8 @@ def parse_openmp_display(text: str) -> dict[str, object]:
     line per thread: the CPUs the thread is allowed on, as the runtime applied its binding.
     Returns ``served_by``, ``intel_initialised``, ``gnu_loaded``, ``gnu_settings``,
     ``intel_settings``, ``settings`` (those of the runtime that served), ``bound_to`` (one CPU
-    set per thread, e.g. ``["0", "1"]`` or ``["0-1", "0-1"]``) and ``binding`` (one line).
+    set per thread as the runtime printed it, e.g. ``["0", "1"]``, ``["0-1", "0-1"]`` or
+    ``["0,1", "0,1"]``) and ``binding`` (one line, from ``binding_summary``).
     """
     gnu, intel = {}, {}
     for block in _display_blocks(text):
@@ -413,9 +414,9 @@ def parse_openmp_display(text: str) -> dict[str, object]:
     for line in text.splitlines():
         line = line.strip()
         if m := _INTEL_AFFINITY.match(line):
-            bound.setdefault(int(m.group(1)), m.group(2).replace(",", " "))
+            bound.setdefault(int(m.group(1)), m.group(2))
         elif m := _GNU_AFFINITY.match(line):
-            gnu_threads.append(m.group(1).replace(",", " "))
+            gnu_threads.append(m.group(1))
     bound_to = [bound[i] for i in sorted(bound)] if bound else gnu_threads
     served = "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown"
     return {"served_by": served, "intel_initialised": bool(intel), "gnu_loaded": bool(gnu),

@@ -5,8 +5,7 @@ apart as warm-up and reports the median of the rest with accuracy beside it;
 ``fresh_rounds`` compares variants that each need a process of their own (settings such as
 OpenMP's are read only at start-up): long-lived children of ``helpers.children``, started side
 by side, that take turns in interleaved rounds, each round a fresh model;
-``run_in_fresh_process`` trains one variant once in a new process;
-``overhead_vs_bare_loop`` checks what the training helper itself costs.
+``run_in_fresh_process`` trains one variant once in a new process.
 """
 
 from __future__ import annotations
@@ -26,10 +25,10 @@ if __name__ == "__main__":  # a variant's own process (python -m helpers.variant
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from . import devices
+
 from .measure import Result, Rounds, interleaved
 from .seeds import set_seed
-from .training import LossFn, set_loader_epoch, train, evaluate
+from .training import LossFn, evaluate, train
 
 
 def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: Iterable,
@@ -76,51 +75,6 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
     if accs:
         metrics["accuracy"] = statistics.median(accs)
     return Result(name=name, samples=samples, warmup=warm, metrics=metrics, settings=dict(settings or {}))
-
-
-def overhead_vs_bare_loop(model_fn: Callable[[], nn.Module], loader: Iterable, *, epochs: int = 2,
-                          repeats: int = 3, device: torch.device | str = "cpu", seed: int = 0) -> dict[str, float]:
-    """Time ``train`` against a minimal hand-written loop on the same model and data.
-
-    Returns both medians (seconds per run) and ``ratio`` = helper / bare (1.0 = no overhead).
-    Runs alternate between the two so machine noise hits both alike.
-    """
-    device = torch.device(device)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def bare() -> float:
-        set_seed(seed)
-        model = model_fn().to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        devices.synchronize(device)
-        t = time.perf_counter()
-        for epoch in range(epochs):
-            set_loader_epoch(loader, epoch, 0)
-            model.train()
-            for x, y in loader:
-                x, y = x.to(device), y.to(device)
-                loss = loss_fn(model(x), y)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-        devices.synchronize(device)
-        return time.perf_counter() - t
-
-    def helper() -> float:
-        set_seed(seed)
-        model = model_fn().to(device)
-        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-        t = time.perf_counter()
-        train(model, loader, opt, loss_fn, epochs=epochs, device=device, progress=False)
-        return time.perf_counter() - t
-
-    bare(), helper()  # warm-up both
-    b, h = [], []
-    for _ in range(repeats):
-        b.append(bare())
-        h.append(helper())
-    mb, mh = statistics.median(b), statistics.median(h)
-    return {"bare_s": mb, "helper_s": mh, "ratio": mh / mb}
 
 
 # ----------------------------------------------------------------------------------------

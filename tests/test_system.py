@@ -61,7 +61,8 @@ def test_openmp_env_binds_one_thread_per_core_first(monkeypatch):
     assert system.openmp_env("gnu-default", 3, topo) == {"OMP_NUM_THREADS": "3"}
     bound = system.openmp_env("gnu-bound", 6, topo)
     assert bound["GOMP_CPU_AFFINITY"] == "0 1 2 3 4 5"  # 4 cores first, then 2 SMT siblings
-    assert bound["OMP_PROC_BIND"] == "TRUE" and bound["OMP_SCHEDULE"] == "STATIC"
+    assert bound["OMP_PROC_BIND"] == "TRUE"
+    assert "OMP_SCHEDULE" not in bound  # read only by schedule(runtime) loops, which PyTorch's are not
     with pytest.raises(ValueError, match="9 threads"):
         system.openmp_env("gnu-bound", 9, topo)
     with pytest.raises(ValueError, match="Unknown OpenMP variant"):
@@ -148,20 +149,31 @@ def test_build_versions_parse_torchs_config_text():
 
 
 def test_openmp_in_fresh_process_default_is_gnu():
-    probes = system.openmp_in_fresh_processes({"two": {"OMP_NUM_THREADS": "2"}, "one": {"OMP_NUM_THREADS": "1"}})
-    assert list(probes) == ["two", "one"]  # keyed and ordered like the request, whatever finished first
-    for name, threads in (("two", "2"), ("one", "1")):
+    topo = system.topology()
+    probes = system.openmp_in_fresh_processes({"two": {"OMP_NUM_THREADS": "2"}, "one": {"OMP_NUM_THREADS": "1"},
+                                               "bound": system.openmp_env("gnu-bound", 1, topo)})
+    assert list(probes) == ["two", "one", "bound"]  # keyed and ordered like the request
+    for name, threads in (("two", "2"), ("one", "1"), ("bound", "1")):
         probe = probes[name]
         assert probe["served_by"] == "GNU OpenMP (libgomp)" and not probe["intel_initialised"]
         assert probe["settings"]["OMP_NUM_THREADS"] == threads  # each process got its own variables
+        assert probe["torch_threads"] == int(threads)
+        assert len(probe["bound_to"]) == int(threads)  # one affinity line per thread of the team
+    assert probes["bound"]["settings"]["OMP_PROC_BIND"] == "TRUE"
+    assert probes["bound"]["bound_to"] == [str(topo.one_cpu_per_core()[0])]  # pinned where GOMP_CPU_AFFINITY said
+    assert probes["bound"]["binding"].startswith("pinned")
     assert system.openmp_in_fresh_processes({}) == {}
 
 
 @pytest.mark.skipif(system.intel_openmp_library() is None, reason="intel-openmp is not installed (Linux x86-64 only)")
 def test_openmp_in_fresh_process_sees_intel_with_preload():
-    probe = system.openmp_in_fresh_process(system.openmp_env("intel", 1))
+    topo = system.topology()
+    probe = system.openmp_in_fresh_process(system.openmp_env("intel", 1, topo))
     assert probe["served_by"] == "Intel OpenMP (libiomp5)"
     assert probe["settings"]["KMP_BLOCKTIME"] in ("0", "0ms")
+    assert probe["settings"]["OMP_PROC_BIND"] == "intel"  # Intel's own settings, not GNU's 'FALSE'
+    assert probe["gnu_settings"]["OMP_PROC_BIND"] == "FALSE"  # libgomp is loaded too, but idle
+    assert probe["bound_to"] == [str(topo.one_cpu_per_core()[0])]  # KMP_AFFINITY's proclist, as applied
 
 
 def test_openmp_in_fresh_process_reports_failures(monkeypatch):
@@ -170,3 +182,46 @@ def test_openmp_in_fresh_process_reports_failures(monkeypatch):
         system.openmp_in_fresh_process()
     with pytest.raises(RuntimeError, match="exit 3"):
         system.openmp_in_fresh_processes({"a": None, "b": {"OMP_NUM_THREADS": "1"}})
+
+
+GNU_DISPLAY = """
+OPENMP DISPLAY ENVIRONMENT BEGIN
+  _OPENMP = '201511'
+  OMP_NUM_THREADS = '2'
+  OMP_PROC_BIND = 'FALSE'
+  GOMP_CPU_AFFINITY = ''
+OPENMP DISPLAY ENVIRONMENT END
+"""
+INTEL_DISPLAY = """
+OPENMP DISPLAY ENVIRONMENT BEGIN
+   _OPENMP='202111'
+  [host] KMP_BLOCKTIME='0ms
+  [host] OMP_NESTED: deprecated; max-active-levels-var=1
+  [host] OMP_NUM_THREADS='2'
+  [host] OMP_PROC_BIND='intel'
+  [host] KMP_AFFINITY='noverbose,warnings,granularity=thread,proclist=[0,1],explicit'
+OPENMP DISPLAY ENVIRONMENT END
+OMP: pid 11 tid 11 thread 0 bound to OS proc set {0}
+OMP: pid 11 tid 12 thread 1 bound to OS proc set {1}
+"""
+
+
+def test_parse_openmp_display_keeps_each_runtime_apart():
+    gnu = system.parse_openmp_display(GNU_DISPLAY + "level 1 thread 0x7f affinity 0-1\nlevel 1 thread 0x7e affinity 0-1\n")
+    assert gnu["served_by"] == "GNU OpenMP (libgomp)" and gnu["settings"]["OMP_PROC_BIND"] == "FALSE"
+    assert gnu["bound_to"] == ["0-1", "0-1"] and gnu["binding"] == "not pinned: every thread may run on CPUs 0-1"
+    both = system.parse_openmp_display(GNU_DISPLAY + INTEL_DISPLAY)
+    assert both["served_by"] == "Intel OpenMP (libiomp5)" and both["intel_initialised"] and both["gnu_loaded"]
+    assert both["settings"]["OMP_PROC_BIND"] == "intel" and both["gnu_settings"]["OMP_PROC_BIND"] == "FALSE"
+    assert both["settings"]["KMP_BLOCKTIME"] == "0ms" and both["settings"]["_OPENMP"] == "202111"
+    assert "OMP_NESTED: deprecated; max-active-levels-var" not in both["settings"]
+    assert both["bound_to"] == ["0", "1"]
+    assert system.parse_openmp_display("")["served_by"] == "unknown"
+
+
+def test_binding_summary():
+    assert system.binding_summary(["0", "1"]) == "pinned, one CPU each: thread 0 on 0, thread 1 on 1"
+    assert system.binding_summary(["0-3", "0-3"]) == "not pinned: every thread may run on CPUs 0-3"
+    assert system.binding_summary(["0,2", "1,3"]) == "thread 0 on 0,2; thread 1 on 1,3"
+    assert system.binding_summary(["0", "0"]) == "not pinned: every thread may run on CPUs 0"
+    assert system.binding_summary([]) == "not reported"

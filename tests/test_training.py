@@ -166,27 +166,6 @@ class PacedBatches:
             yield batch
 
 
-def test_overhead_vs_bare_loop_times_both_loops_and_catches_overhead(monkeypatch):
-    clock = VirtualClock()
-    monkeypatch.setattr(time, "perf_counter", clock)
-    loader, epochs = PacedBatches(3, 0.02, clock), 2
-    linear = lambda: nn.Sequential(nn.Flatten(), nn.Linear(28 * 28, 10))  # noqa: E731 -- cheap: timing is virtual
-    per_run = epochs * len(loader) * loader.delay  # every batch of every epoch, in both loops
-    out = variants.overhead_vs_bare_loop(linear, loader, epochs=epochs, repeats=1)
-    assert out == pytest.approx({"bare_s": per_run, "helper_s": per_run, "ratio": 1.0})
-
-    real_train = variants.train
-
-    def train_with_overhead(*args, **kwargs):  # a helper that wastes 0.25 s per epoch
-        result = real_train(*args, **kwargs)
-        clock.advance(0.25 * kwargs["epochs"])
-        return result
-
-    monkeypatch.setattr(variants, "train", train_with_overhead)
-    slow = variants.overhead_vs_bare_loop(linear, loader, epochs=epochs, repeats=1)
-    assert slow == pytest.approx({"bare_s": per_run, "helper_s": per_run + 0.5, "ratio": (per_run + 0.5) / per_run})
-
-
 def test_fresh_argv_checks_options():
     argv = variants.fresh_argv({"name": "x", "batch_size": 64, "no_bias": True, "threads": None})
     assert argv[1:] == ["-m", "helpers.variants", "--name", "x", "--batch-size", "64", "--no-bias"]
