@@ -64,6 +64,30 @@ def set_loader_epoch(loader: Iterable, epoch: int, start: int) -> bool:
         return False
 
 
+def train_step(model: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer, loss_fn: LossFn,
+               inputs: torch.Tensor | tuple[torch.Tensor, ...], targets: torch.Tensor, *,
+               autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
+               device_type: str = "cpu") -> torch.Tensor:
+    """One training step, the course's one: clear gradients, forward and loss (under autocast when
+    ``autocast_dtype`` is given), backward, update (through ``scaler`` when given). Returns the loss.
+
+    ``model`` may be a compiled module; ``inputs`` a tensor or a tuple passed as ``model(*inputs)``.
+    ``train`` (and so every variant run), the DDP loop and the tuner's trials all step through it.
+    """
+    optimizer.zero_grad(set_to_none=True)
+    args = inputs if isinstance(inputs, tuple) else (inputs,)
+    with torch.autocast(device_type=device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        loss = loss_fn(model(*args), targets)
+    if scaler is not None:
+        scaler.scale(loss).backward()
+        scaler.step(optimizer)
+        scaler.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    return loss
+
+
 def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
           epochs: int, device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None,
           grad_scaler: bool = False, compile: bool | str = False, max_steps_per_epoch: int | None = None,
@@ -157,7 +181,6 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
     old_handler = None
     if threading.current_thread() is threading.main_thread():
         old_handler = signal.signal(signal.SIGINT, on_sigint)
-    use_autocast = autocast_dtype is not None
     non_blocking = device.type in ("cuda", "xpu")
     try:
         for epoch in range(start_epoch, epochs):
@@ -183,16 +206,8 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
                     break
                 inputs = inputs.to(device, non_blocking=non_blocking)
                 targets = targets.to(device, non_blocking=non_blocking)
-                with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=use_autocast):
-                    loss = loss_fn(step_model(inputs), targets)
-                optimizer.zero_grad(set_to_none=True)
-                if scaler is not None:
-                    scaler.scale(loss).backward()
-                    scaler.step(optimizer)
-                    scaler.update()
-                else:
-                    loss.backward()
-                    optimizer.step()
+                loss = train_step(step_model, optimizer, loss_fn, inputs, targets, autocast_dtype=autocast_dtype,
+                                  scaler=scaler, device_type=device.type)
                 running += loss.detach().float()
                 batch += 1
                 global_step += 1

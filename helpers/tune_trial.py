@@ -21,7 +21,6 @@ repeated that many times, so gradients and loss stay those of the original batch
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -44,6 +43,7 @@ from torch import nn  # noqa: E402
 
 from . import devices
 from .seeds import set_seed
+from .training import train_step
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -203,19 +203,9 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
     scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 and dev.type == "cuda" else None
     loss_fn = work.loss_fn
 
-    def step() -> torch.Tensor:
-        opt.zero_grad(set_to_none=True)
-        ctx = torch.autocast(dev.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
-        with ctx:
-            loss = loss_fn(step_model(*inputs), targets)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        return loss
+    def step() -> torch.Tensor:  # the course's one training step (helpers.training.train_step)
+        return train_step(step_model, opt, loss_fn, inputs, targets, autocast_dtype=dtype, scaler=scaler,
+                          device_type=dev.type)
 
     losses: list[float] = []
 
