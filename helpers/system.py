@@ -426,8 +426,8 @@ def parse_openmp_display(text: str) -> dict[str, object]:
 
 def binding_summary(bound_to: list[str]) -> str:
     """One line for the per-thread CPU sets a runtime reported: pinned one CPU each, or not."""
-    if not bound_to:
-        return "not reported"
+    if not bound_to:  # PyTorch runs a one-thread team's work without opening a parallel region
+        return "not reported (no parallel region with more than one thread ran)"
     single = all(re.fullmatch(r"\d+", cpus.strip()) for cpus in bound_to)
     if single and len(set(bound_to)) == len(bound_to):
         return "pinned, one CPU each: " + ", ".join(f"thread {i} on {c}" for i, c in enumerate(bound_to))

@@ -67,3 +67,89 @@ def test_advisory_says_archived_insecure_and_optional(monkeypatch):
 
     monkeypatch.setattr(ipex_support.metadata, "version", missing)
     assert ipex_support.advisory().startswith("IPEX is not installed.")
+
+
+def tiny_batches(n=2, size=8, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [(torch.rand(size, 3, 32, 32, generator=g), torch.randint(0, 10, (size,), generator=g)) for _ in range(n)]
+
+
+def test_variants_name_what_they_change():
+    assert ipex_support.variant("stock_fp32") == ipex_support.Variant()
+    assert ipex_support.variant("stock_bf16_cl") == ipex_support.Variant(channels_last=True, bf16=True)
+    assert ipex_support.variant("ipex_bf16").ipex and ipex_support.variant("inductor").compile == "inductor"
+    with pytest.raises(ValueError, match="unknown variant 'ipex_fp16'.*stock_fp32"):
+        ipex_support.variant("ipex_fp16")
+
+
+def test_prepare_stock_variants_layout_and_autocast():
+    model = models.book_cnn("cifar10").train()
+    opt = torch.optim.Adam(model.parameters())
+    same, same_opt, dtype, cl = ipex_support.prepare("stock_fp32", model, opt)
+    assert same is model and same_opt is opt and dtype is None and not cl
+    model, opt, dtype, cl = ipex_support.prepare("stock_bf16_cl", model, opt)
+    assert dtype == torch.bfloat16 and cl
+    assert model.layer1[0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert model.layer1[0].weight.dtype == torch.float32  # autocast casts per operator; the weights stay fp32
+
+
+def test_train_round_is_seeded_and_reports_its_metrics():
+    batches, test = tiny_batches(), tiny_batches(1, seed=1)
+    a = ipex_support.train_round("stock_fp32", batches, test, warmup_steps=1)
+    b = ipex_support.train_round("stock_fp32", batches, test, warmup_steps=1)
+    assert a["value"] > 0 and a["metrics"]["loss"] == b["metrics"]["loss"]  # a fresh seeded model every round
+    assert set(a["metrics"]) == {"accuracy", "loss", "warmup_s", "prepare_s", "steps", "page_faults_per_step"}
+    assert a["metrics"]["steps"] == 2 and 0 <= a["metrics"]["accuracy"] <= 100
+    cl = ipex_support.train_round("stock_fp32_cl", batches, test, warmup_steps=1)
+    assert cl["metrics"]["loss"] == pytest.approx(a["metrics"]["loss"], rel=1e-3)  # same math, another layout
+    with pytest.raises(ValueError, match="at least one batch"):
+        ipex_support.train_round("stock_fp32", [], test)
+
+
+def test_profile_ops_and_groups():
+    x, y = tiny_batches(1)[0]
+    ops = ipex_support.profile_ops("stock_fp32", x, y, steps=1, warmup=1)
+    keys = {op["key"] for op in ops}
+    assert {"aten::max_pool2d_with_indices", "aten::max_pool2d_with_indices_backward"} <= keys
+    assert all(op["calls"] >= 1 and op["self_ms"] > 0 for op in ops)
+    groups = ipex_support.op_groups(ops)
+    assert groups["max-pool"] > 0 and groups["convolution"] > 0 and groups["linear (mm, addmm)"] > 0
+    assert sum(groups.values()) == pytest.approx(sum(op["self_ms"] for op in ops))
+
+
+def test_op_groups_sorts_by_name():
+    rows = [{"key": "aten::max_pool2d_with_indices", "self_ms": 3.0},
+            {"key": "torch_ipex::convolution_backward", "self_ms": 2.0},
+            {"key": "aten::addmm", "self_ms": 1.0}, {"key": "aten::mm", "self_ms": 1.5},
+            {"key": "torch_ipex::adam_fused_step", "self_ms": 0.5}, {"key": "aten::copy_", "self_ms": 0.25},
+            {"key": "aten::relu", "self_ms": 0.125}]
+    assert ipex_support.op_groups(rows) == {"max-pool": 3.0, "convolution": 2.0, "linear (mm, addmm)": 2.5,
+                                            "optimizer update": 0.5, "layout / dtype copies": 0.25, "other": 0.125}
+
+
+def test_serve_argv_checks_the_variant():
+    argv = ipex_support.serve_argv("ipex_fp32", train_size=64, lr=3e-4)
+    assert argv[1:5] == ["-m", "helpers.ipex_support", "--serve", "ipex_fp32"]
+    assert argv[argv.index("--train-size") + 1] == "64" and argv[argv.index("--lr") + 1] == "0.0003"
+    with pytest.raises(ValueError, match="unknown variant"):
+        ipex_support.serve_argv("nope")
+
+
+def test_children_serve_variants_and_only_ipex_ones_import_ipex():
+    from helpers import children
+
+    names = ["stock_bf16_cl"] + (["ipex_fp32"] if ipex_support.status()["compatible"] else [])
+    cmds = {n: (ipex_support.serve_argv(n, train_size=16, test_size=8, batch_size=8, warmup_steps=1),
+                {"COURSE_DATA": "standin"}) for n in names}
+    with children.Children(cmds) as kids:
+        stock = kids.ask("stock_bf16_cl", {"describe": True})
+        assert not stock["ipex_imported"] and stock["autocast"] == "bfloat16" and stock["standin"]
+        got = kids.ask("stock_bf16_cl", {})
+        assert got["value"] > 0 and got["metrics"]["steps"] == 2
+        ops = kids.ask("stock_bf16_cl", {"profile": True, "steps": 1})["ops"]
+        assert any(op["key"] == "aten::max_pool2d_with_indices" for op in ops)
+        if "ipex_fp32" in names:
+            ipex = kids.ask("ipex_fp32", {"describe": True})
+            assert ipex["ipex_imported"] and ipex["conv1"] == "_IPEXConv2d"
+            assert "AutocastCPU" in kids.stderr("ipex_fp32")  # its import says it replaced autocast kernels
+            assert "AutocastCPU" not in kids.stderr("stock_bf16_cl")
