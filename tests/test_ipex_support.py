@@ -39,23 +39,6 @@ def test_eval_mode_is_refused():
         ipex_support.optimize(model, torch.optim.Adam(model.parameters()))
 
 
-@pytest.mark.skipif(not ipex_support.status()["compatible"], reason="IPEX not installed or incompatible")
-def test_fp32_optimize_trains():
-    torch.manual_seed(0)
-    model = models.book_cnn()
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    model, opt = ipex_support.optimize(model, opt)
-    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    losses = []
-    for _ in range(5):
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss.detach()))
-    assert losses[-1] < losses[0]
-
-
 def test_advisory_says_archived_insecure_and_optional(monkeypatch):
     text = ipex_support.advisory()
     assert "archived" in text and "security" in text and "runs without it" in text
@@ -136,20 +119,23 @@ def test_serve_argv_checks_the_variant():
 
 
 def test_children_serve_variants_and_only_ipex_ones_import_ipex():
+    """IPEX runs only in a child of its own (its import replaces kernels of the process that imports it)."""
     from helpers import children
 
-    names = ["stock_bf16_cl"] + (["ipex_fp32"] if ipex_support.status()["compatible"] else [])
+    names = ["stock_fp32"] + (["ipex_fp32"] if ipex_support.status()["compatible"] else [])
     cmds = {n: (ipex_support.serve_argv(n, train_size=16, test_size=8, batch_size=8, warmup_steps=1),
                 {"COURSE_DATA": "standin"}) for n in names}
     with children.Children(cmds) as kids:
-        stock = kids.ask("stock_bf16_cl", {"describe": True})
-        assert not stock["ipex_imported"] and stock["autocast"] == "bfloat16" and stock["standin"]
-        got = kids.ask("stock_bf16_cl", {})
+        stock = kids.ask("stock_fp32", {"describe": True})
+        assert not stock["ipex_imported"] and stock["autocast"] == "off" and stock["standin"]
+        got = kids.ask("stock_fp32", {})
         assert got["value"] > 0 and got["metrics"]["steps"] == 2
-        ops = kids.ask("stock_bf16_cl", {"profile": True, "steps": 1})["ops"]
+        ops = kids.ask("stock_fp32", {"profile": True, "steps": 1})["ops"]
         assert any(op["key"] == "aten::max_pool2d_with_indices" for op in ops)
         if "ipex_fp32" in names:
             ipex = kids.ask("ipex_fp32", {"describe": True})
             assert ipex["ipex_imported"] and ipex["conv1"] == "_IPEXConv2d"
+            trained = kids.ask("ipex_fp32", {})  # ipex.optimize'd model and optimizer: the same training, in fp32
+            assert trained["metrics"]["loss"] == pytest.approx(got["metrics"]["loss"], rel=1e-3)
             assert "AutocastCPU" in kids.stderr("ipex_fp32")  # its import says it replaced autocast kernels
-            assert "AutocastCPU" not in kids.stderr("stock_bf16_cl")
+            assert "AutocastCPU" not in kids.stderr("stock_fp32")
