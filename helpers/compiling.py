@@ -1,5 +1,6 @@
 """torch.compile made measurable: compile time apart from steady state, every backend on a
-fresh model, graph breaks made visible, compiled regions found in a profile.
+fresh model, graph breaks made visible, compiled regions found in a profile, the kernels
+Inductor generated compared between modes, and the step count after which compiling pays back.
 
 Importing this module changes nothing. While ``time_training_steps`` compiles, what the
 compiler writes to stderr (max-autotune's pages of kernel timing tables, "No CUDA runtime"
@@ -8,12 +9,17 @@ on a CUDA build without a GPU) is kept in ``CompileOutcome.log`` instead of the 
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import hashlib
 import io
 import logging
+import math
+import re
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 import torch
@@ -72,6 +78,38 @@ def _uses_cudagraphs(backend: str | None, mode: str | None) -> bool:
     return backend == "cudagraphs" or (backend == "inductor" and mode == "reduce-overhead")
 
 
+def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
+                      backend: str | None = "inductor", mode: str | None = None,
+                      options: dict[str, Any] | None = None, device: torch.device | str = "cpu", seed: int = 0,
+                      lr: float = 1e-3) -> Callable[[], torch.Tensor]:
+    """A fresh seeded model and Adam optimizer, compiled with ``backend`` (None = eager); returns
+    ``step()``, which runs one training step on ``inputs``/``targets`` and returns the loss.
+
+    This is the step chapter 03 writes out (zero_grad, forward, cross-entropy, backward,
+    optimizer step); ``mode`` is a ``torch.compile`` mode ("default" = None) and ``options``
+    Inductor options passed to ``torch.compile``. Nothing is compiled until the first call.
+    """
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
+    set_seed(seed)
+    device = torch.device(device)
+    model = build_model().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    x, y = inputs.to(device), targets.to(device)
+    if backend is not None:
+        model = torch.compile(model, backend=backend, mode=None if mode in (None, "default") else mode,
+                              options=options)
+
+    def step() -> torch.Tensor:
+        optimizer.zero_grad(set_to_none=True)
+        loss = nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.detach()
+
+    return step
+
+
 def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
                         backend: str | None = "inductor", mode: str | None = None, steps: int = 10,
                         warmup: int = 2, device: torch.device | str = "cpu", seed: int = 0,
@@ -86,25 +124,14 @@ def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tens
     if mode is not None and mode not in MODES:
         raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
     torch.compiler.reset()
-    set_seed(seed)
     device = torch.device(device)
-    model = build_model().to(device)
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
-    x, y = inputs.to(device), targets.to(device)
     name = backend or "eager"
     from torch._inductor import config as inductor_config
 
     log = io.StringIO()
     try:
-        step_model = model if backend is None else torch.compile(
-            model, backend=backend, mode=None if mode in (None, "default") else mode)
-
-        def step() -> None:
-            loss = nn.functional.cross_entropy(step_model(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-
+        step = new_training_step(build_model, inputs, targets, backend=backend, mode=mode, device=device,
+                                 seed=seed, lr=lr)
         disable_caches = cold_cache or inductor_config.force_disable_caches
         with _compiler_output_kept(log), inductor_config.patch(force_disable_caches=disable_caches):
             devices.synchronize(device)
@@ -159,3 +186,71 @@ def compiled_regions(prof: "torch.profiler.profile") -> Table:
         if "Compiled" in e.key or "compiled" in e.key:
             table.add(e.key, int(e.count), e.cpu_time_total / 1000.0)
     return table
+
+
+def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: float = 0.0,
+                  recompile_at: int | None = None) -> float | None:
+    """Training steps after which a compiled run has caught up with eager for good.
+
+    Compiling costs ``compile_s`` extra seconds at the first step and, when the run reaches step
+    ``recompile_at`` (an epoch's last, smaller batch), ``recompile_s`` more; every step saves
+    ``saved_s_per_step``. Returns None when nothing is saved (compiling never pays back).
+    A run that catches up before ``recompile_at`` but falls behind again there has paid back
+    only once it has also recovered the recompile.
+    """
+    if compile_s < 0 or recompile_s < 0:
+        raise ValueError("compile_s and recompile_s are extra seconds, >= 0")
+    if saved_s_per_step <= 0:
+        return None
+    first = compile_s / saved_s_per_step
+    both = (compile_s + recompile_s) / saved_s_per_step
+    if recompile_at is None or recompile_s == 0:
+        return first
+    return first if both < recompile_at else both
+
+
+def significant(x: float, digits: int = 2) -> float:
+    """``x`` rounded to ``digits`` significant digits (1234 -> 1200.0 with 2): a figure that
+    claims no more precision than the measurement behind it has."""
+    if digits < 1:
+        raise ValueError("digits must be >= 1")
+    if x == 0 or not math.isfinite(x):
+        return float(x)
+    return float(round(x, digits - 1 - int(math.floor(math.log10(abs(x))))))
+
+
+_CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.aten\.\w+)(?:\.default)?\(")
+
+
+@dataclass(frozen=True)
+class GeneratedCode:
+    """What Inductor wrote into one cache directory: a hash of every generated C++ kernel's
+    source, and the library calls (``extern_kernels.*``, ``torch.ops.aten.*``: oneDNN/MKL
+    convolutions and matmuls) that its wrapper code makes, counted."""
+
+    kernels: frozenset[str] = frozenset()
+    library_calls: dict[str, int] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return bool(self.kernels or self.library_calls)
+
+    def same_as(self, other: "GeneratedCode") -> bool:
+        """The same C++ kernels (byte for byte) and the same library calls."""
+        return self.kernels == other.kernels and self.library_calls == other.library_calls
+
+
+def generated_code(cache_dir: str | Path) -> GeneratedCode:
+    """Read what Inductor generated into ``cache_dir`` (a ``TORCHINDUCTOR_CACHE_DIR`` that one
+    compile filled): C++ kernel sources (``*.cpp``) and the Python wrappers that call them.
+
+    This reads files, not an API: if a PyTorch version lays the cache out differently, the
+    result is empty (falsy) rather than wrong.
+    """
+    root = Path(cache_dir)
+    kernels = frozenset(hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(root.rglob("*.cpp")))
+    calls: collections.Counter[str] = collections.Counter()
+    for f in sorted(root.glob("*/*.py")):  # output code: <cache>/<2 chars>/<hash>.py
+        for line in f.read_text(errors="replace").splitlines():
+            if not line.lstrip().startswith("#"):
+                calls.update(_CALL.findall(line))
+    return GeneratedCode(kernels, dict(sorted(calls.items())))

@@ -116,3 +116,57 @@ class Noisy(nn.Module):
 
         sys.stderr.write("AUTOTUNE mm(4x16, 16x8): kernel timing table\n")
         return self.net(x)
+
+
+def test_new_training_step_is_seeded_and_trains():
+    a = compiling.new_training_step(tiny, X, Y, backend=None)
+    b = compiling.new_training_step(tiny, X, Y, backend=None)
+    losses_a, losses_b = [a() for _ in range(3)], [b() for _ in range(3)]
+    assert all(torch.equal(p, q) for p, q in zip(losses_a, losses_b))  # same seed, same steps
+    assert losses_a[2] < losses_a[0]  # the optimizer step is taken
+    other = compiling.new_training_step(tiny, X, Y, backend=None, seed=1)
+    assert not torch.equal(other(), losses_a[0])
+    dyn = compiling.new_training_step(tiny, X, Y, backend="eager")  # Dynamo capture, no code generation
+    assert torch.allclose(torch.stack([dyn() for _ in range(3)]), torch.stack(losses_a))
+    torch._dynamo.reset()
+    with pytest.raises(ValueError, match="max-autotune"):
+        compiling.new_training_step(tiny, X, Y, mode="fast")
+
+
+def test_payback_steps_counts_the_recompile_when_the_run_falls_behind_again():
+    assert compiling.payback_steps(10.0, 0.01) == pytest.approx(1000)
+    assert compiling.payback_steps(10.0, 0.0) is None and compiling.payback_steps(10.0, -0.01) is None
+    # caught up at step 1000, behind again at the recompile (step 938 < 1000): pays back after both costs
+    assert compiling.payback_steps(10.0, 0.01, recompile_s=5.0, recompile_at=938) == pytest.approx(1500)
+    # caught up at step 100, still ahead after paying the recompile at step 938: the first crossing holds
+    assert compiling.payback_steps(1.0, 0.01, recompile_s=5.0, recompile_at=938) == pytest.approx(100)
+    # caught up at 100, but the recompile (9 s) costs more than the 8.38 s gained by step 938
+    assert compiling.payback_steps(1.0, 0.01, recompile_s=9.0, recompile_at=938) == pytest.approx(1000)
+    with pytest.raises(ValueError):
+        compiling.payback_steps(-1.0, 0.01)
+
+
+def test_significant_rounds_to_two_digits():
+    assert compiling.significant(1923.4) == 1900.0
+    assert compiling.significant(1186) == 1200.0
+    assert compiling.significant(0.04567, 3) == pytest.approx(0.0457)
+    assert compiling.significant(0.0) == 0.0 and compiling.significant(-1550) == -1600.0
+    with pytest.raises(ValueError):
+        compiling.significant(5.0, 0)
+
+
+def test_generated_code_compares_kernels_and_library_calls(tmp_path):
+    def fill(root, kernel, call):
+        (root / "ab").mkdir(parents=True)
+        (root / "ab" / "cabc.main.cpp").write_text(kernel)
+        (root / "ab" / "cwrap.py").write_text(f"# AOT ID: ['0_forward']\n# {call}(not a call)\n"
+                                               f"    {call}(buf0, buf1, out=buf2)\n    torch.ops.aten.convolution_backward.default(x)\n")
+
+    fill(tmp_path / "a", "void k(){}", "extern_kernels.addmm")
+    fill(tmp_path / "b", "void k(){}", "extern_kernels.addmm")
+    fill(tmp_path / "c", "void k(){ /* other */ }", "extern_kernels.mm")
+    a, b, c = (compiling.generated_code(tmp_path / n) for n in "abc")
+    assert a and a.same_as(b) and not a.same_as(c)
+    assert a.library_calls == {"extern_kernels.addmm": 1, "torch.ops.aten.convolution_backward": 1}
+    assert len(a.kernels) == 1 and a.kernels != c.kernels
+    assert not compiling.generated_code(tmp_path / "missing")
