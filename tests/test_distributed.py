@@ -162,6 +162,10 @@ def test_warmup_lr_rises_linearly_to_the_scaled_rate():
     assert D.warmup_lr(0, base_lr=0.1, peak_lr=0.4, warmup_steps=0) == 0.4  # no warm-up
     with pytest.raises(ValueError, match="step must be >= 0"):
         lr(-1)
+    a, b = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    opt = torch.optim.Adam([{"params": a.parameters()}, {"params": b.parameters(), "lr": 0.3}], lr=0.1)
+    D.set_lr(opt, 0.25)
+    assert [g["lr"] for g in opt.param_groups] == [0.25, 0.25]
 
 
 class _RecordingSGD(torch.optim.SGD):
