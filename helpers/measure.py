@@ -5,7 +5,7 @@
 3. the device synchronized before every clock read (perf_counter);
 4. several repeats, reported as median with min-max and IQR;
 5. speed-up = baseline / variant from the same run, next to accuracy;
-6. results saved as JSON + CSV with the machine fingerprint.
+6. results recorded as rows with the machine fingerprint (``helpers.results``).
 
 ``verdict`` is the course's one comparison rule: every "faster" or "slower" that a chapter,
 the tuner or a report prints is its word. ``interleaved`` runs variants in rotated rounds
@@ -19,14 +19,11 @@ so a step can be compared with what the hardware can do in the mode the step ran
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import time
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 import torch
@@ -395,35 +392,6 @@ def speedup_table(results: Sequence[Result], baseline: str | None = None,
     return table
 
 
-def save_results(results: Sequence[Result], path: Path | str, **context: Any) -> Path:
-    """Write results with the machine fingerprint to ``path`` (.json) and a CSV beside it."""
-    path = Path(path).with_suffix(".json")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "machine": system.fingerprint(),
-        "context": context,
-        "results": [dict(asdict(r), stats=asdict(r.stats)) for r in results],
-    }
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(payload, indent=2, default=str))
-    tmp.replace(path)
-    metric_names = sorted({m for r in results for m in r.metrics})
-    table = Table(["name", "median_s", "min_s", "max_s", "n", "warmup_median_s"] + metric_names)
-    for r in results:
-        st = r.stats
-        table.add(r.name, st.median, st.minimum, st.maximum, st.n,
-                  statistics.median(r.warmup) if r.warmup else None, *[r.metrics.get(m) for m in metric_names])
-    table.to_csv(path.with_suffix(".csv"))
-    return path
-
-
-def load_results(path: Path | str) -> list[Result]:
-    """Read results written by ``save_results``."""
-    payload = json.loads(Path(path).with_suffix(".json").read_text())
-    return [Result(r["name"], r["samples"], r["warmup"], r["metrics"], r["settings"]) for r in payload["results"]]
-
-
 def loader_time(loader: Any, *, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
                 name: str = "loader") -> Result:
     """Seconds to iterate a DataLoader once, data loading alone (no model).
@@ -462,15 +430,6 @@ def training_step_flops(model: torch.nn.Module, inputs: torch.Tensor, targets: t
         loss_fn(model(inputs), targets).backward()
     model.zero_grad(set_to_none=True)
     return int(counter.get_total_flops())
-
-
-def matmul_flops_per_second(device: torch.device | str = "cpu", n: int = 1024, repeats: int = 5,
-                            dtype: torch.dtype = torch.float32) -> float:
-    """Measured throughput of an n x n matrix multiply, in FLOP/s (median of repeats)."""
-    a = torch.randn(n, n, device=device, dtype=dtype)
-    b = torch.randn(n, n, device=device, dtype=dtype)
-    res = time_fn(lambda: a @ b, repeats=repeats, warmup=2, device=device)
-    return 2 * n**3 / res.stats.median
 
 
 @dataclass(frozen=True)

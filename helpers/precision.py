@@ -94,20 +94,6 @@ def tf32(enabled: bool) -> Iterator[None]:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
 
 
-def underflow_fraction(tensors: Sequence[torch.Tensor], dtype: torch.dtype, scale: float = 1.0) -> float:
-    """Fraction of the non-zero values in ``tensors`` that become 0 when cast to ``dtype``
-    after multiplying by ``scale`` (the loss-scaling factor)."""
-    nonzero = lost = 0
-    for t in tensors:
-        t = t.detach().float().flatten()
-        mask = t != 0
-        nonzero += int(mask.sum())
-        lost += int(((t * scale).to(dtype) == 0)[mask].sum())
-    if nonzero == 0:
-        raise ValueError("no non-zero values to check")
-    return lost / nonzero
-
-
 def precision_bits(dtype: torch.dtype) -> int:
     """Bits of precision of a floating dtype: its stored fraction bits plus the implicit leading 1
     (FP32 24, FP16 11, BF16 8). Rounding to nearest moves a normal value by at most 2**-bits of it."""

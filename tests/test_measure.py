@@ -40,18 +40,6 @@ def test_speedup_table_ratio():
         measure.speedup_table([base, measure.Result("other", [1.0])])
 
 
-def test_save_and_load_results(tmp_path):
-    r = measure.Result("a", [1.0, 2.0], [0.5], {"accuracy": 50.0}, {"batch": 64})
-    path = measure.save_results([r], tmp_path / "out" / "run", chapter=1)
-    assert path.suffix == ".json" and path.with_suffix(".csv").exists()
-    back = measure.load_results(path)
-    assert back[0].samples == [1.0, 2.0] and back[0].settings == {"batch": 64}
-    import json
-
-    payload = json.loads(path.read_text())
-    assert payload["context"] == {"chapter": 1} and "cpu_model" in payload["machine"]
-
-
 def test_training_step_flops_linear():
     model = nn.Linear(8, 4, bias=False)
     x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
@@ -59,10 +47,6 @@ def test_training_step_flops_linear():
     # forward 2*16*8*4; backward: grad of weight only (input needs no grad) 2*16*8*4
     assert flops == 2 * (2 * 16 * 8 * 4)
     assert model.weight.grad is None
-
-
-def test_matmul_throughput_positive():
-    assert measure.matmul_flops_per_second(n=128, repeats=2) > 1e6
 
 
 def test_phase_times():
@@ -86,13 +70,16 @@ def test_loader_time_counts_images():
         measure.loader_time(loader, epochs=0)
 
 
-def test_matmul_peak_is_the_best_repeat_in_its_mode():
+def test_matmul_peak_is_the_best_repeat_in_its_mode(monkeypatch):
     import torch
 
     peak = measure.matmul_peak("cpu", "fp32", n=128, repeats=3)
-    assert peak and peak.mode == "fp32" and peak.repeats == 3
-    median = measure.matmul_flops_per_second(n=128, repeats=3)
-    assert peak.flops > 0 and median > 0
+    assert peak and peak.mode == "fp32" and peak.repeats == 3 and peak.flops > 0
+    # the best (shortest) repeat decides, not the median
+    monkeypatch.setattr(measure, "time_fn", lambda fn, **kw: measure.Result("mm", [0.4, 0.1, 0.2]))
+    assert measure.matmul_peak("cpu", "fp32", n=100).flops == pytest.approx(2 * 100 ** 3 / 0.1)
+    with pytest.raises(ValueError, match="unknown math mode"):
+        measure.matmul_peak("cpu", "int4")
     assert measure.math_mode("cpu", torch.float32) == "fp32"
     assert not measure.MatmulPeak(0.0, "fp32")
 

@@ -18,17 +18,6 @@ def test_speedup_bars():
         plots.speedup_bars([])
 
 
-def test_tradeoff_and_phases():
-    fig = plots.tradeoff([1, 2], [3, 4], ["x", "y"], xlabel="t", ylabel="acc", reference=([1], [2]))
-    assert len(fig.axes[0].lines) == 2
-    with pytest.raises(ValueError):
-        plots.tradeoff([1], [1, 2], ["a"], xlabel="", ylabel="")
-    fig = plots.phase_bars({"forward": 1.0, "backward": 3.0})
-    assert [round(p.get_width()) for p in fig.axes[0].patches] == [25, 75]
-    with pytest.raises(ValueError):
-        plots.phase_bars({})
-
-
 def _rounds(base, variant):
     n = len(base)
     return Rounds(["a", "b"], {"a": list(base), "b": list(variant)}, {"a": [{}] * n, "b": [{}] * n})

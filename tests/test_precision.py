@@ -41,15 +41,6 @@ def test_tf32_context_restores():
     assert torch.backends.cuda.matmul.allow_tf32 is before
 
 
-def test_underflow_fraction():
-    t = torch.tensor([1e-9, 1e-9, 1.0, 0.0])
-    assert precision.underflow_fraction([t], torch.float16) == pytest.approx(2 / 3)
-    assert precision.underflow_fraction([t], torch.float16, scale=2.0 ** 16) == 0.0
-    assert precision.underflow_fraction([t], torch.bfloat16) == 0.0
-    with pytest.raises(ValueError):
-        precision.underflow_fraction([torch.zeros(3)], torch.float16)
-
-
 def test_precision_bits():
     assert precision.precision_bits(torch.float32) == 24
     assert precision.precision_bits(torch.float16) == 11
