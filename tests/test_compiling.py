@@ -170,3 +170,16 @@ def test_generated_code_compares_kernels_and_library_calls(tmp_path):
     assert a.library_calls == {"extern_kernels.addmm": 1, "torch.ops.aten.convolution_backward": 1}
     assert len(a.kernels) == 1 and a.kernels != c.kernels
     assert not compiling.generated_code(tmp_path / "missing")
+
+
+def test_self_ms_per_step_divides_the_profile_by_the_steps():
+    model = tiny()
+    with torch.profiler.profile() as prof:
+        for _ in range(2):
+            model(X).sum().backward()
+    per_step = compiling.self_ms_per_step(prof, 2)
+    total_ms = sum(e.self_cpu_time_total for e in prof.key_averages()) / 1000.0
+    assert "aten::addmm" in per_step and per_step["aten::addmm"] > 0
+    assert sum(per_step.values()) == pytest.approx(total_ms / 2)
+    with pytest.raises(ValueError):
+        compiling.self_ms_per_step(prof, 0)
