@@ -12,25 +12,39 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from .measure import MIN_EFFECT, Result, Rounds
+from .measure import MIN_EFFECT, Result, Rounds, verdict
 
 
 def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: str = "",
                  published: dict[str, float] | None = None) -> Figure:
-    """Bar chart of speed-up (baseline/variant) with min-max error bars, published beside it."""
+    """Bar chart of speed-up (baseline/variant), published beside it.
+
+    Results measured in the same interleaved rounds (as many samples as the baseline, paired by
+    round) get the ratio and 95% interval of ``helpers.measure.verdict``; otherwise the bars show
+    the ratio of medians with the min-max of the repeats, and the legend says they are unpaired.
+    """
     if not results:
         raise ValueError("no results to plot")
     base = next((r for r in results if r.name == baseline), results[0])
-    b = base.stats.median
     names = [r.name for r in results]
-    med = [b / r.stats.median for r in results]
-    lo = [m - b / r.stats.maximum for m, r in zip(med, results)]
-    hi = [b / r.stats.minimum - m for m, r in zip(med, results)]
+    paired = all(len(r.samples) == len(base.samples) for r in results)
+    if paired:
+        vs = [verdict(base.samples, r.samples) for r in results]
+        med = [v.ratio for v in vs]
+        lo = [v.ratio - v.low for v in vs]
+        hi = [v.high - v.ratio for v in vs]
+        what = "yours (median over rounds, 95% interval)"
+    else:
+        b = base.stats.median
+        med = [b / r.stats.median for r in results]
+        lo = [m - b / r.stats.maximum for m, r in zip(med, results)]
+        hi = [b / r.stats.minimum - m for m, r in zip(med, results)]
+        what = "yours (unpaired repeats: ratio of medians, min-max)"
     fig, ax = plt.subplots(figsize=(7, 3.5))
     x = range(len(results))
     width = 0.38 if published else 0.6
     ax.bar([i - (width / 2 if published else 0) for i in x], med, width, yerr=[lo, hi], capsize=4,
-           label="yours (median, min-max)")
+           label=what)
     if published:
         ax.bar([i + width / 2 for i in x], [published.get(n, 0.0) for n in names], width,
                label="published", alpha=0.7)
