@@ -66,18 +66,6 @@ def status() -> dict[str, object]:
     return {"installed": version, "torch": torch.__version__, "compatible": ok, "message": message}
 
 
-def advisory() -> str:
-    """One line for setup checks: what is installed, whether it can be used, and the retirement note."""
-    st = status()
-    if st["installed"] is None:
-        state = "IPEX is not installed"
-    elif st["compatible"]:
-        state = f"IPEX {st['installed']} is installed and matches torch {st['torch']}"
-    else:
-        state = f"IPEX {st['installed']} is installed but does not match torch {st['torch']} (not usable)"
-    return f"{state}. {RETIREMENT_NOTE}"
-
-
 def load() -> ModuleType:
     """Import IPEX after checking compatibility; raises IPEXUnavailable with what to do."""
     st = status()

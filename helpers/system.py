@@ -312,26 +312,6 @@ def openmp_env(variant: str, threads: int, topo: Topology | None = None) -> dict
     return env
 
 
-def rank_cpus(local_rank: int, local_world_size: int, topo: Topology | None = None) -> list[int]:
-    """Logical CPUs for one rank when the physical cores are split evenly between ranks.
-
-    Each rank gets a contiguous block of whole physical cores (with their SMT siblings), so
-    ranks never share a core. Raises ValueError when there are more ranks than cores.
-    """
-    topo = topo or topology()
-    if local_world_size < 1 or not 0 <= local_rank < local_world_size:
-        raise ValueError(f"local_rank must be in [0, {local_world_size}); got {local_rank}")
-    groups = topo.smt_siblings()
-    if local_world_size > len(groups):
-        raise ValueError(
-            f"{local_world_size} ranks on one machine but only {len(groups)} physical cores: "
-            f"use at most {len(groups)} ranks per machine."
-        )
-    per_rank = len(groups) // local_world_size
-    mine = groups[local_rank * per_rank:(local_rank + 1) * per_rank]
-    return [cpu for group in mine for cpu in group]
-
-
 # The probe child: the course's child-process protocol (helpers.children) on a copy of the real
 # stdout, with the C-level stdout sent to stderr, so that what the OpenMP runtimes print (GNU's
 # settings at load, Intel's at its first parallel region, the per-thread affinity lines of

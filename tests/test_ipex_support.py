@@ -39,19 +39,6 @@ def test_eval_mode_is_refused():
         ipex_support.optimize(model, torch.optim.Adam(model.parameters()))
 
 
-def test_advisory_says_archived_insecure_and_optional(monkeypatch):
-    text = ipex_support.advisory()
-    assert "archived" in text and "security" in text and "runs without it" in text
-    monkeypatch.setattr(ipex_support.metadata, "version", lambda name: "2.3.0+cpu")
-    assert ipex_support.advisory().startswith("IPEX 2.3.0+cpu is installed but does not match torch")
-
-    def missing(name):
-        raise ipex_support.metadata.PackageNotFoundError(name)
-
-    monkeypatch.setattr(ipex_support.metadata, "version", missing)
-    assert ipex_support.advisory().startswith("IPEX is not installed.")
-
-
 def tiny_batches(n=2, size=8, seed=0):
     g = torch.Generator().manual_seed(seed)
     return [(torch.rand(size, 3, 32, 32, generator=g), torch.randint(0, 10, (size,), generator=g)) for _ in range(n)]

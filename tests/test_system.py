@@ -84,16 +84,6 @@ def test_openmp_env_intel(monkeypatch, tmp_path):
         system.openmp_env("intel", 2, fake_topology(2, 1))
 
 
-def test_rank_cpus_split_whole_cores():
-    topo = fake_topology(4, 2)
-    assert system.rank_cpus(0, 2, topo) == [0, 4, 1, 5]
-    assert system.rank_cpus(1, 2, topo) == [2, 6, 3, 7]
-    with pytest.raises(ValueError, match="at most 4 ranks"):
-        system.rank_cpus(0, 5, topo)
-    with pytest.raises(ValueError):
-        system.rank_cpus(2, 2, topo)
-
-
 def test_openmp_runtimes_lists_torchs_runtime_and_nothing_else():
     import torch
 
