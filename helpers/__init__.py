@@ -1,8 +1,9 @@
 """Shared, unit-tested helpers for the course notebooks.
 
-Each module has one job (see DESIGN.md, "one room per concern"); import the module you
-need, e.g. ``from helpers import profiles, data, models, training, measure``.
-Importing this package is cheap: it loads no module until you ask for it.
+Each module has one job, and helpers/README.md is the map: every module in one line, in
+layers (imports only point down), with the chapters that use it. Import the module you need,
+e.g. ``from helpers import profiles, data, models, training, measure``. Importing this
+package is cheap: it loads no module until you ask for it.
 """
 
 __all__ = [
