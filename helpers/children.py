@@ -106,6 +106,10 @@ class Children:
             raise self._error(name, "closed its input") from None
         line = self._read_until(name, lambda ln: ln.startswith(RESULT), time.monotonic() + timeout)
         if line is None:
+            try:  # its output ended: give an exiting child a moment, so the message says what happened
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
             raise self._error(name, f"gave no result within {timeout:g} s" if proc.poll() is None or
                               proc.returncode == -signal.SIGKILL else "ended without a result")
         return json.loads(line[len(RESULT):])

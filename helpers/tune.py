@@ -365,6 +365,8 @@ def confirm(search: _Search, candidate: dict[str, Any], session_factory: Session
     "reruns", "baseline_s", "candidate_s"}`` with the verdict of ``helpers.measure.verdict`` on the
     projected totals, or ``{"word": "not confirmed", "reason": ...}`` when the budget or a child failed.
     """
+    if rounds < 1:
+        return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)"}
     base = search.trials[0]
     per_round = search.confirm_round_s(candidate)
     affordable = int(search.left(reserve=False) // per_round) if per_round > 0 else rounds

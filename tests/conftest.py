@@ -1,4 +1,5 @@
-"""Shared fixtures (a clean profile environment, tiny stand-in loaders) and the skip policy.
+"""Shared fixtures (a clean profile environment, tiny stand-in loaders, a model file for the
+tuner's tests) and the skip policy.
 
 Skip policy, in one place: a test that needs hardware CI does not have carries
 ``@pytest.mark.requires_gpu`` or ``@pytest.mark.requires_xpu`` and is skipped where that
@@ -10,6 +11,7 @@ installed ...) is something CI should have: with ``CI=true`` (set by CI services
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -90,3 +92,50 @@ def tiny_loaders():
     train = data.load_dataset("fashionmnist", train=True, source="standin", standin_length=256)
     test = data.load_dataset("fashionmnist", train=False, source="standin", standin_length=128)
     return data.make_loader(train, 32, train=True, seed=3), data.make_loader(test, 64, train=False)
+
+
+# A reader's model file for helpers.tune / tune_trial / tune_report (tests/test_tune*.py): one
+# non-image model (``build``), an image model, and functions that are wrong in each way the
+# tuner must name (a 3-tuple, no Module, a function that never returns).
+SEQ_MODEL = '''
+import torch
+from torch import nn
+
+class Tiny(nn.Module):  # sequences (batch, time, features): not an image model
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(6, 16)
+        self.head = nn.Linear(16, 3)
+
+    def forward(self, x):
+        if torch.is_autocast_enabled("cpu") and torch.get_autocast_dtype("cpu") == torch.bfloat16:
+            raise RuntimeError("Tiny does not support bf16")
+        return self.head(torch.relu(self.proj(x)).mean(dim=1))
+
+def build():
+    x = torch.randn(32, 5, 6)
+    y = torch.randint(0, 3, (32,))
+    return Tiny(), x, y, nn.CrossEntropyLoss()
+
+def image():
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.Flatten(), nn.Linear(4 * 6 * 6, 2))
+    return model, torch.randn(4, 3, 8, 8), torch.randint(0, 2, (4,)), nn.CrossEntropyLoss()
+
+def three():
+    return nn.Linear(2, 2), torch.randn(2, 2), torch.zeros(2)
+
+def not_a_model():
+    return "model", torch.randn(2, 2), torch.zeros(2), nn.MSELoss()
+
+def slow():
+    import time
+    time.sleep(60)
+'''
+
+
+@pytest.fixture()
+def model_file(tmp_path: Path) -> Path:
+    """SEQ_MODEL written to a file: name its functions as ``f"{model_file}:build"``."""
+    path = tmp_path / "seq_model.py"
+    path.write_text(SEQ_MODEL)
+    return path

@@ -28,7 +28,18 @@ def test_time_steps_phases_and_flops():
     assert len(t.total) == 3 and list(t.phases) == list(bench.PHASES) and t.phase_method == "clock"
     assert all(len(v) == 3 for v in t.phases.values())
     assert sum(t.phases[p][0] for p in bench.PHASES) == pytest.approx(t.total[0], rel=1e-6)
-    assert t.flops_per_step > 0 and t.mean_ms > 0
+    assert t.mean_ms == pytest.approx(1e3 * sum(t.total) / 3) and t.median_ms == pytest.approx(1e3 * sorted(t.total)[1])
+    # forward + backward: every convolution and matmul three times (forward, input and weight gradient), except
+    # the input gradient of the first convolution (the images need none) -- the forward counted here on its own
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from helpers import models
+
+    counter = FlopCounterMode(display=False)
+    with counter, torch.no_grad():
+        models.torchvision_model("resnet18", num_classes=1000)(torch.randn(2, 3, 32, 32))
+    conv1 = 2 * 2 * (64 * 16 * 16) * (3 * 7 * 7)  # batch 2, 64 channels of 16x16 outputs, 3x7x7 inputs each
+    assert t.flops_per_step == 3 * counter.get_total_flops() - conv1
     table = bench.results_table([t], peak=measure.MatmulPeak(1e15, "fp32", 1024, 5))
     row = table.as_dicts()[0]
     assert row["model"] == "resnet18" and 0 < row["% of fp32 matmul peak"] < 100
@@ -79,7 +90,7 @@ def test_device_events_give_phases_and_the_host_clock_the_step():
     assert bench.event_clock(torch.device("cpu")) is None  # the CPU has no events: its clock is exact
 
 
-def test_peak_in_the_same_math_mode():
+def test_peak_in_the_same_math_mode(monkeypatch):
     assert measure.math_mode("cpu") == "fp32"
     assert measure.math_mode("cpu", torch.bfloat16) == "bf16" and measure.math_mode("cpu", torch.float16) == "fp16"
     before = torch.backends.cudnn.allow_tf32
@@ -90,8 +101,13 @@ def test_peak_in_the_same_math_mode():
         assert measure.math_mode("cuda") == ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
     finally:
         torch.backends.cudnn.allow_tf32 = before
+    timed = []
+    real_time_fn = measure.time_fn
+    monkeypatch.setattr(measure, "time_fn", lambda *a, **kw: timed.append(real_time_fn(*a, **kw)) or timed[-1])
     peak = measure.matmul_peak("cpu", "bf16", n=128, repeats=2)
-    assert peak.mode == "bf16" and peak.flops > 0 and peak.n == 128
+    assert peak.mode == "bf16" and peak.n == 128 and len(timed) == 1 and len(timed[0].samples) == 2
+    assert peak.flops == pytest.approx(2 * 128**3 / timed[0].stats.minimum)  # the best of the 2 timed matmuls
+    monkeypatch.setattr(measure, "time_fn", real_time_fn)
     tf32_before = torch.backends.cuda.matmul.allow_tf32
     measure.matmul_peak("cpu", "tf32", n=64, repeats=1)
     assert torch.backends.cuda.matmul.allow_tf32 == tf32_before  # restored

@@ -64,3 +64,35 @@ def test_serve_protocol_in_process():
     assert children.tail("a\n\nb\nc\n", 2) == "b\nc"
     with pytest.raises(ValueError):
         children.Children({})
+
+
+def _ended(pid):
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_kill_group_kills_the_child_and_what_it_started():
+    import os
+    import subprocess
+    import time
+
+    # a child (own session, as Children starts it) that starts a worker of its own and waits
+    code = ("import subprocess, sys, time\n"
+            "w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+            "print(w.pid, flush=True)\ntime.sleep(120)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    worker = int(proc.stdout.readline())
+    assert os.getpgid(worker) == proc.pid  # the worker is in the child's process group
+    children.kill_group(proc)
+    assert proc.returncode == -9
+    end = time.monotonic() + 10
+    while not _ended(worker):  # SIGKILL to the group: the worker ends too (a zombie until it is reaped)
+        assert time.monotonic() < end, "the child's worker survived kill_group"
+        time.sleep(0.05)
+    proc.stdout.close()
+    children.kill_group(proc)  # an ended child: nothing to kill, no error
+    assert proc.returncode == -9

@@ -140,6 +140,9 @@ def test_epoch_sampler_orders():
     s.set_epoch(0, start=4)
     assert list(s) == first[4:] and len(s) == 6
     assert list(data.EpochShuffleSampler(5, shuffle=False)) == [0, 1, 2, 3, 4]
+    assert s.order() == first  # the whole epoch's order, whatever the start
+    g = torch.Generator().manual_seed(1 * 100_003 + 0)
+    assert first == torch.randperm(10, generator=g).tolist()  # seeded by (seed, epoch) alone, not the global RNG
 
 
 def test_make_loader_validates():

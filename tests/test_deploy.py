@@ -180,3 +180,86 @@ def test_import_stays_light():
     code = "import helpers.deploy, sys; print(sorted(m for m in ('onnx', 'onnxruntime', 'openvino') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def engine_result(name="eager", latencies=(0.02, 0.01, 0.04), batch=4, **more):
+    return deploy.EngineResult(name=name, engine=name.split(":")[0], device="cpu", precision="f32", batch=batch,
+                               latencies=list(latencies), warmup=[0.5, 0.4, 0.6], export_s=0.0, load_s=0.1,
+                               max_abs_diff=0.0, top1_agreement=1.0, agreement_n=32, **more)
+
+
+def test_engine_result_latency_throughput_and_result():
+    r = engine_result()
+    assert r.latency_ms == pytest.approx(20.0) and r.throughput == pytest.approx(4 / 0.02)
+    assert r.throughputs() == pytest.approx([200.0, 400.0, 100.0])  # one per round, in round order
+    res = r.as_result()
+    assert res.name == "eager" and res.samples == [0.02, 0.01, 0.04] and res.warmup == [0.5, 0.4, 0.6]
+    assert res.metrics == {"images_per_s": pytest.approx(200.0), "max_abs_diff": 0.0, "top1_agreement": 100.0}
+    assert res.settings == {"engine": "eager", "device": "cpu", "precision": "f32"}
+
+
+def test_to_rows_throughput_and_latency_per_engine():
+    found = [engine_result(), engine_result("onnxruntime", (0.01, 0.005, 0.02), extra={"reruns": 0})]
+    rows = deploy.to_rows(found, experiment="deploy_x", data="none", label="tiny CNN")
+    assert [(r.variant, r.metric, r.unit) for r in rows] == [
+        ("eager", "throughput", "images/s"), ("onnxruntime", "throughput", "images/s"),
+        ("eager", "latency", "ms"), ("onnxruntime", "latency", "ms")]
+    thr = {r.variant: r for r in rows if r.metric == "throughput"}
+    lat = {r.variant: r for r in rows if r.metric == "latency"}
+    assert thr["onnxruntime"].values == pytest.approx([400.0, 800.0, 200.0]) and not thr["onnxruntime"].lower_is_better
+    assert thr["onnxruntime"].ratio == pytest.approx(2.0) and lat["onnxruntime"].ratio == pytest.approx(2.0)
+    assert lat["eager"].values == pytest.approx([20.0, 10.0, 40.0]) and lat["eager"].baseline == "eager"
+    assert thr["eager"].chapter == "14" and thr["eager"].extra["first_call_s"] == 0.5
+    assert thr["eager"].extra["model"] == "tiny CNN" and thr["onnxruntime"].extra["reruns"] == 0
+
+
+def test_import_engine_returns_the_module_or_says_how_to_install(monkeypatch):
+    import json
+
+    assert deploy.import_engine("json") is json
+    monkeypatch.setitem(sys.modules, "openvino", None)
+    with pytest.raises(deploy.DeployError, match=r"OpenVINO is not installed .*pip install openvino==2026\.4\.1"):
+        deploy.import_engine("openvino")
+
+
+def test_load_weights_fills_the_model_or_names_the_mismatch(tmp_path):
+    trained = models.small_cnn(3, 10)
+    torch.nn.init.constant_(trained[0].weight, 0.25)
+    save_checkpoint(tmp_path / "w.pt", {"model": trained.state_dict()})
+    fresh = models.small_cnn(3, 10)
+    deploy.load_weights(fresh, tmp_path / "w.pt")
+    assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), trained.state_dict().values()))
+    with pytest.raises(deploy.DeployError, match="Checkpoint w.pt does not fit this model"):
+        deploy.load_weights(models.small_cnn(3, 5), tmp_path / "w.pt")
+
+
+def test_eager_devices_and_runner(monkeypatch):
+    assert deploy.eager_devices("cpu") == ["cpu"]
+    monkeypatch.setattr(deploy.devices, "available_devices", lambda: ["xpu", "cpu"])
+    assert deploy.eager_devices("gpu") == ["xpu"] and deploy.eager_devices("auto") == ["cpu", "xpu"]
+    monkeypatch.setattr(deploy.devices, "available_devices", lambda: ["cpu"])
+    with pytest.raises(deploy.DeployError, match="PyTorch sees no GPU here"):
+        deploy.eager_devices("gpu")
+    spec = tiny_spec()
+    x = deploy.fixed_batch(spec.input_shape, 2)
+    run, precision = deploy.eager_runner(spec.model, "cpu", None)
+    with torch.inference_mode():
+        expected = spec.model(torch.from_numpy(x)).numpy()
+    assert precision == "f32" and np.array_equal(run(x), expected)
+    bf16, precision = deploy.eager_runner(spec.model, "cpu", "bf16")
+    out = bf16(x)
+    assert precision == "bf16" and out.dtype == np.float32 and not np.array_equal(out, expected)  # autocast, fp32 out
+    assert np.abs(out - expected).max() < 0.1
+
+
+def test_openvino_runner_reports_the_precision_it_uses(tmp_path):
+    spec = tiny_spec()
+    x = deploy.fixed_batch(spec.input_shape, 2)
+    path = tmp_path / "m.onnx"
+    deploy.export_onnx(spec.model, torch.from_numpy(x), path)
+    run, precision = deploy.openvino_runner(path, "CPU", "f32")
+    with torch.inference_mode():
+        expected = spec.model(torch.from_numpy(x)).numpy()
+    assert precision == "f32" and np.abs(run(x) - expected).max() < 1e-4
+    with pytest.raises(deploy.DeployError, match="OpenVINO could not compile the model for NOSUCHDEVICE"):
+        deploy.openvino_runner(path, "NOSUCHDEVICE", None)

@@ -106,3 +106,16 @@ def test_low_precision_dtype(monkeypatch):
     monkeypatch.setattr(torch.xpu, "is_bf16_supported", lambda *a, **k: False)
     assert devices.low_precision_dtype("xpu") is torch.float16
     assert devices.low_precision_dtype("mps") is torch.float16
+
+
+def test_cuda_missing_reason_names_the_installed_build(monkeypatch):
+    monkeypatch.setattr(torch, "__version__", "2.8.0+cpu")
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert devices.cuda_missing_reason() == (
+        "this PyTorch (2.8.0+cpu) is a CPU-only build: install a CUDA build (see pytorch.org) on a machine with an "
+        "NVIDIA GPU and its driver")
+    monkeypatch.setattr(torch, "__version__", "2.8.0+cu128")
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    reason = devices.cuda_missing_reason()
+    assert reason.startswith("this PyTorch (2.8.0+cu128) is built for CUDA 12.8, but it finds no NVIDIA GPU")
+    assert "nvidia-smi" in reason and reason.endswith("run on a GPU machine")

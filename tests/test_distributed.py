@@ -409,7 +409,9 @@ def test_torchrun_two_ranks_with_portable_checkpoint(two_rank_run, tmp_path):
     s = job.summary
     assert s["world_size"] == 2 and s["backend"] == "gloo" and s["launcher"] == "torchrun"
     assert s["replicas_identical"] is True and s["global_batch"] == 64 and s["steps"] == 2 * 4
-    assert s["cpus"] == [0] or len(s["cpus"]) >= 1
+    # rank 0 is pinned to the first half of the physical cores this process may use (here: the first core)
+    assert s["cpus"] == D.rank_cpus(D.RankInfo(0, 2, 0, 2, "torchrun"), allowed=sorted(os.sched_getaffinity(0)),
+                                    core_groups=system.topology().smt_siblings())
     lines = L.rank_lines(job.output)
     assert len(lines) == 2 and all("all_reduce(rank+1) = 3" in ln for ln in lines)
     state = torch.load(ckpt, weights_only=True)
@@ -510,33 +512,116 @@ def test_sbatch_script_runs_the_entry_point(tmp_path):
     assert "cpus [1]" in proc.stdout
 
 
-def _fake_job(out, epoch_times, accuracy=50.0, steps=16, world_size=1, global_batch=32):
-    """A launcher stand-in that writes the summary the entry point writes (measure_job's bookkeeping
-    is under test here; real torchrun jobs run in the other tests of this file and in chapters 09/10)."""
-    summary = {"epoch_times": epoch_times, "accuracy": accuracy, "steps": steps, "world_size": world_size,
-               "global_batch": global_batch}
-    return [[sys.executable, "-c", "import json, sys; open(sys.argv[1], 'w').write(sys.argv[2]); print('done')",
-             str(out), json.dumps(summary)]]
+# ----- process group, random state, evaluation, user errors (in this process) -------------------
 
+def _spy_init(monkeypatch):
+    """Record what init_process_group is called with, and let the real one run."""
+    import torch.distributed as dist
 
-def test_measure_job_protocol(tmp_path):
     calls = []
+    real = dist.init_process_group
 
-    def one(out):
-        calls.append(out)
-        return _fake_job(out, [9.0, 2.0 + len(calls), 7.0], accuracy=40.0 + len(calls), steps=24)
+    def spy(backend, **kwargs):
+        calls.append((backend, kwargs))
+        return real(backend, **kwargs)
+    monkeypatch.setattr(dist, "init_process_group", spy)
+    return calls
 
-    res = L.measure_job("one", one, tmp_path, repeats=2, timeout=60)
-    assert len(calls) == 2 and res.name == "one"
-    assert res.warmup == [9.0, 9.0]                      # each run's first epoch, kept apart
-    assert res.samples == [5.0, 5.5]                     # one sample per run: the median of its other epochs
-    assert res.metrics == {"accuracy": 41.5, "steps": 24.0, "world_size": 1.0, "global_batch": 32.0}
-    assert "done" in res.settings["last_output"] and res.settings["summary"]["steps"] == 24
-    per_epoch = L.measure_job("e", lambda out: _fake_job(out, [9.0, 3.0, 4.0], world_size=2, global_batch=64),
-                              tmp_path, epochs_as_samples=True)
-    assert per_epoch.samples == [3.0, 4.0] and per_epoch.warmup == [9.0]
-    assert per_epoch.metrics["world_size"] == 2 and per_epoch.metrics["global_batch"] == 64
-    with pytest.raises(D.DistributedSetupError, match="--epochs >= 2"):
-        L.measure_job("short", lambda out: _fake_job(out, [9.0]), tmp_path)
-    with pytest.raises(D.DistributedSetupError, match="failed"):
-        L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path, env=JOB_ENV)
+
+def test_init_process_group_is_env_by_default(monkeypatch):
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    for key in ("TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_RESTART_COUNT"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in {"RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(L.free_port())}.items():
+        monkeypatch.setenv(key, value)
+    calls = _spy_init(monkeypatch)
+    try:
+        D.init_process_group("gloo", D.RankInfo(0, 1, 0, 1, "environment"), timedelta(seconds=30))
+        assert dist.is_initialized() and dist.get_world_size() == 1 and dist.get_backend() == "gloo"
+    finally:
+        dist.destroy_process_group()
+    assert calls == [("gloo", {"timeout": timedelta(seconds=30)})]  # env://: no store, rank or size of its own
+
+
+def test_init_process_group_under_torchrun_uses_a_store_prefix_per_restart(monkeypatch):
+    """A restarted rank must not read the addresses the failed attempt left in the agent's store."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port = L.free_port()
+    agent = dist.TCPStore("127.0.0.1", port, 1, is_master=True, wait_for_workers=False)  # torchrun's store
+    for key, value in {"TORCHELASTIC_USE_AGENT_STORE": "True", "TORCHELASTIC_RESTART_COUNT": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    calls = _spy_init(monkeypatch)
+    try:
+        D.init_process_group("gloo", D.RankInfo(0, 1, 0, 1, "torchrun"), timedelta(seconds=30))
+        assert dist.is_initialized() and dist.get_world_size() == 1
+    finally:
+        dist.destroy_process_group()
+    (backend, kwargs), = calls
+    assert backend == "gloo" and (kwargs["rank"], kwargs["world_size"]) == (0, 1)
+    kwargs["store"].set("probe", "seen")
+    assert agent.get("course/attempt-2/probe") == b"seen"  # the job's store, under this attempt's prefix
+
+
+def test_rng_state_round_trip_and_device_part():
+    cpu = torch.device("cpu")
+    state = D.rng_state(cpu)
+    assert state["device_type"] == "cpu" and state["device"] is None
+    first = torch.rand(4)
+    D.set_rng_state(state, cpu)
+    assert torch.equal(torch.rand(4), first)  # the same random stream again
+    foreign = {**state, "device_type": "cuda", "device": torch.zeros(8, dtype=torch.uint8)}
+    torch.rand(3)
+    D.set_rng_state(foreign, torch.device("meta"))  # another device kind: its part is not applied (nor needed)
+    assert torch.equal(torch.rand(4), first)
+
+
+class _AddOtherRanks:
+    """A stand-in for torch.distributed on one rank: all_reduce adds what the other ranks hold."""
+
+    def __init__(self, others=()):
+        self.others, self.sent = list(others), []
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        self.sent.append(tensor.clone())
+        for other in self.others:
+            tensor += other
+
+
+def test_evaluate_on_all_ranks_scores_each_share_and_sums_the_counts():
+    from torch.utils.data import TensorDataset
+
+    class AlwaysThree(torch.nn.Module):
+        def forward(self, x):
+            out = torch.zeros(len(x), 10)
+            out[:, 3] = 1.0
+            return out
+
+    targets = torch.tensor([3, 3, 1, 3, 0, 3, 3, 2, 3, 3])
+    test_set = TensorDataset(torch.zeros(10, 2), targets)
+    model, cpu = AlwaysThree(), torch.device("cpu")
+    rank1 = _AddOtherRanks()
+    one = D.evaluate_on_all_ranks(model, test_set, D.RankInfo(1, 2, 1, 2, "torchrun"), cpu, rank1)
+    assert one["count"] == 5 and one["accuracy"] == 80.0  # rank 1 scores samples 1, 3, 5, 7, 9
+    rank0 = _AddOtherRanks(rank1.sent)
+    both = D.evaluate_on_all_ranks(model, test_set, D.RankInfo(0, 2, 0, 2, "torchrun"), cpu, rank0)
+    share_loss = torch.nn.functional.cross_entropy(model(torch.zeros(5, 2)), targets[0::2], reduction="sum").item()
+    assert rank0.sent[0].tolist() == [3.0, 5.0, pytest.approx(share_loss)]  # its own counts: 3 right of 0, 2, 4, 6, 8
+    whole = torch.nn.functional.cross_entropy(model(torch.zeros(10, 2)), targets).item()
+    assert both["count"] == 10 and both["accuracy"] == 70.0 and both["loss"] == pytest.approx(whole)
+    assert model.training  # left in training mode
+
+
+def test_user_errors_are_the_ones_a_user_can_fix():
+    from helpers import checkpoints, data, devices, profiles
+
+    assert set(D.user_errors()) == {D.DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError,
+                                    checkpoints.CheckpointError, profiles.ProfileError}
+    assert issubclass(D.JoinError, D.user_errors())  # a rank that could not join reports it itself

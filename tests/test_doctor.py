@@ -172,4 +172,25 @@ def test_real_doctor_run(tmp_path, capsys):
     for name in ("python", "pins", "torch build", "cpu", "instruction sets", "openmp", "ipex", "memory", "disk"):
         assert any(c["name"] == name for c in saved["checks"]), name
         assert f"] {name}" in out
-    assert saved["fingerprint"]["physical_cores"] >= 1 and "wrote" in out
+    from helpers import system
+
+    assert saved["fingerprint"]["physical_cores"] == system.topology().physical_cores and "wrote" in out
+
+
+def test_gather_collects_this_machines_facts(monkeypatch):
+    import sys
+
+    import torch
+
+    from helpers import system
+
+    monkeypatch.setenv("COURSE_DATA", "standin")  # no network probe for missing real data sets
+    facts = doctor.gather(parity_steps=1, imports=False)
+    assert facts["python"]["version"] == list(sys.version_info[:3]) and facts["python"]["prefix"] == sys.prefix
+    assert facts["torch"]["version"] == torch.__version__ and facts["torch"]["cuda"] == torch.version.cuda
+    assert facts["fingerprint"]["physical_cores"] == system.topology().physical_cores
+    assert facts["devices"][0]["name"] == "cpu" and len(facts["parity"]) == len(facts["accelerators"])
+    assert facts["datasets"]["source"] == "standin" and facts["datasets"]["online"] is None
+    assert facts["imports"] is None  # not tried
+    assert 0 < facts["memory"]["available"] <= facts["memory"]["total"]
+    assert [c.name for c in doctor.judge(facts)][:3] == ["python", "pins", "torch build"]

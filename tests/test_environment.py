@@ -2,16 +2,11 @@
 
 import re
 import subprocess
-import sys
 import tomllib
 from pathlib import Path
 
-import pytest
-
 import yaml
 from packaging.requirements import Requirement
-
-from helpers import install
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -86,72 +81,7 @@ def test_ci_calls_the_readme_test_command():
     assert re.search(r"^export CI=", ci, re.M), "CI runs are strict about skipped tests (tests/conftest.py)"
 
 
-# ---- the Intel GPU (xpu) environment: make setup DEVICE=xpu -> helpers/install.py (no network here) ----
-
-def test_xpu_plan_takes_torch_from_the_xpu_index_and_leaves_the_cpu_ipex_out():
-    plan = install.xpu_plan(ROOT / "pyproject.toml")
-    assert plan.torch_requirements == ["torch==2.8.0", "torchvision==0.23.0"]  # the pinned versions
-    assert plan.constraints == ["torch==2.8.0+xpu", "torchvision==0.23.0+xpu"]
-    assert plan.left_out == ["intel-extension-for-pytorch"]
-    names = {install.parse_pin(r)[0]: r for r in plan.requirements}
-    assert not {"torch", "torchvision", "intel-extension-for-pytorch"} & set(names)
-    every_other = {install.parse_pin(r)[0] for r in _project_requirements()} - {
-        "torch", "torchvision", "intel-extension-for-pytorch"}
-    assert set(names) == every_other  # nothing else dropped, the test extra included
-    assert names["nni"] == "nni==3.0" and names["pytest"] == "pytest==9.2.0"
-    assert names["intel-openmp"] == "intel-openmp; platform_system == 'Linux' and platform_machine == 'x86_64'"
-    for req in plan.requirements + plan.constraints:
-        Requirement(req)  # pip can read every line
-
-
-def test_xpu_commands_in_order(tmp_path):
-    plan = install.xpu_plan()
-    req, con = install.write_files(plan, tmp_path)
-    assert "torch==2.8.0+xpu" in con.read_text().splitlines()
-    assert "nni==3.0" in req.read_text().splitlines() and "intel-extension" not in req.read_text()
-    cmds = install.xpu_commands(plan, "/venv/bin/python", tmp_path, project="/clone")
-    pip = ["/venv/bin/python", "-m", "pip", "install", "--quiet"]
-    assert cmds[0] == pip + ["torch==2.8.0", "torchvision==0.23.0", "--index-url", "https://download.pytorch.org/whl/xpu"]
-    assert cmds[1] == pip + ["-r", str(req), "-c", str(con)]
-    assert cmds[2] == pip + ["--no-deps", "-e", "/clone"]
-    assert cmds[3][:2] == ["/venv/bin/python", "-c"] and "+xpu" in cmds[3][2]
-    assert not any("--extra-index-url" in c for cmd in cmds for c in cmd)  # never mix the two indexes
-
-
-def test_parse_pin_and_its_error():
-    assert install.parse_pin("Intel_Extension.for-PyTorch==2.8.0; platform_system == 'Linux'") == (
-        "intel-extension-for-pytorch", "2.8.0", "platform_system == 'Linux'")
-    assert install.parse_pin("jupyterlab") == ("jupyterlab", None, "")
-    with pytest.raises(install.InstallError, match="name==version"):
-        install.parse_pin("torch>=2; ")
-    with pytest.raises(install.InstallError, match="no extra docs"):
-        install.course_requirements(ROOT / "pyproject.toml", extras=("docs",))
-
-
-def test_pip_check_accepts_only_what_the_plan_left_out_on_purpose():
-    plan = install.xpu_plan()
-    expected = ("accelerate-course-helpers 0.1.0 requires intel-extension-for-pytorch, which is not installed.\n"
-                "accelerate-course-helpers 0.1.0 has requirement intel-openmp==2026.2.0, but you have intel-openmp 2025.1.1.\n")
-    assert install.unexpected_pip_check_lines(expected, plan) == []
-    assert install.unexpected_pip_check_lines("No broken requirements found.", plan) == []
-    wrong = "accelerate-course-helpers 0.1.0 has requirement torch==2.8.0, but you have torch 2.9.0+xpu."
-    other = "timm 1.0.31 requires torchvision, which is not installed."
-    assert install.unexpected_pip_check_lines(expected + wrong + "\n" + other, plan) == [wrong, other]
-
-
-def test_install_runs_on_the_standard_library_alone(tmp_path):
-    """make runs it with the new environment's Python before anything is installed there (-S: no site-packages)."""
-    proc = subprocess.run([sys.executable, "-S", "-m", "helpers.install", "setup", "--device", "xpu", "--dry-run",
-                           "--folder", str(tmp_path), "--python", "/venv/bin/python"],
-                          cwd=ROOT, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert "+ /venv/bin/python -m pip install --quiet torch==2.8.0 torchvision==0.23.0 --index-url " \
-           "https://download.pytorch.org/whl/xpu" in proc.stdout
-    assert (tmp_path / install.REQUIREMENTS_FILE).is_file() and (tmp_path / install.CONSTRAINTS_FILE).is_file()
-    bad = subprocess.run([sys.executable, "-S", "-m", "helpers.install", "setup", "--device", "directml"],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert bad.returncode == 2 and "invalid choice: 'directml'" in bad.stderr
-
+# ---- make setup DEVICE=xpu (the install plan itself: test_install.py) ----
 
 def _make_n(tmp_path, *args):
     return subprocess.run(["make", "-n", "setup", f"CACHE={tmp_path}", *args], cwd=ROOT, capture_output=True, text=True)

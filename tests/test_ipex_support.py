@@ -126,3 +126,11 @@ def test_children_serve_variants_and_only_ipex_ones_import_ipex():
             assert trained["metrics"]["loss"] == pytest.approx(got["metrics"]["loss"], rel=1e-3)
             assert "AutocastCPU" in kids.stderr("ipex_fp32")  # its import says it replaced autocast kernels
             assert "AutocastCPU" not in kids.stderr("stock_fp32")
+
+
+def test_bf16_prepack_supported_reads_the_cpu_flags(monkeypatch):
+    from helpers import system
+
+    for flag in (True, False):
+        monkeypatch.setattr(system, "cpu_bf16_support", lambda flag=flag: {"ipex_bf16_prepack": flag, "amx": False})
+        assert ipex_support.bf16_prepack_supported() is flag

@@ -1,5 +1,7 @@
-"""Launch helpers: command lines, the rank check, and run_job's output draining and clean stops."""
+"""Launch helpers: command lines, the rank check, run_job's output draining and clean stops, and
+measure_job's bookkeeping (real torchrun/mpirun/sbatch jobs of the entry point: test_distributed.py)."""
 
+import json
 import os
 import signal
 import subprocess
@@ -15,6 +17,7 @@ from helpers import system
 from helpers.distributed import DistributedSetupError
 
 CORES = system.topology().physical_cores
+JOB_ENV = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke", "OMP_NUM_THREADS": "1"}
 
 
 def test_torchrun_command_line():
@@ -197,10 +200,23 @@ def test_ctrl_c_stops_the_whole_job(tmp_path):
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
-def test_stop_processes_of_finished_jobs_is_harmless():
-    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    proc.wait()
-    L.stop_processes([proc], grace=1)
+def test_stop_processes_of_finished_jobs_is_harmless(monkeypatch):
+    """A launcher that already exited gets no signal and costs no wait for the grace period;
+    a live one beside it is still stopped, by SIGTERM to its process group."""
+    signalled = []
+    real_killpg = os.killpg
+    monkeypatch.setattr(L.os, "killpg", lambda pgid, sig: signalled.append((pgid, sig)) or real_killpg(pgid, sig))
+    done = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    done.wait()
+    start = time.perf_counter()
+    L.stop_processes([done], grace=10)
+    assert signalled == [] and done.returncode == 0 and time.perf_counter() - start < 5
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    start = time.perf_counter()
+    L.stop_processes([done, running], grace=10)
+    assert signalled == [(running.pid, signal.SIGTERM)] and done.returncode == 0
+    assert running.poll() is not None and not psutil.pid_exists(running.pid)
+    assert time.perf_counter() - start < 5  # SIGTERM stopped it: no SIGKILL after the 10 s grace
 
 
 def test_run_job_retries_when_the_ranks_could_not_connect(tmp_path):
@@ -232,3 +248,37 @@ def test_a_failed_node_does_not_leave_the_other_waiting(tmp_path):
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
     with pytest.raises(ValueError, match="grace must be >= 0"):
         L.run_job([dead], grace=-1)
+
+
+# ----- measure_job: the course protocol over repeated jobs ----------------------------------------
+
+def _fake_job(out, epoch_times, accuracy=50.0, steps=16, world_size=1, global_batch=32):
+    """A launcher stand-in that writes the summary the entry point writes (measure_job's bookkeeping
+    is under test here; real torchrun jobs run in test_distributed.py and in chapters 09/10)."""
+    summary = {"epoch_times": epoch_times, "accuracy": accuracy, "steps": steps, "world_size": world_size,
+               "global_batch": global_batch}
+    return [[sys.executable, "-c", "import json, sys; open(sys.argv[1], 'w').write(sys.argv[2]); print('done')",
+             str(out), json.dumps(summary)]]
+
+
+def test_measure_job_protocol(tmp_path):
+    calls = []
+
+    def one(out):
+        calls.append(out)
+        return _fake_job(out, [9.0, 2.0 + len(calls), 7.0], accuracy=40.0 + len(calls), steps=24)
+
+    res = L.measure_job("one", one, tmp_path, repeats=2, timeout=60)
+    assert len(calls) == 2 and res.name == "one"
+    assert res.warmup == [9.0, 9.0]                      # each run's first epoch, kept apart
+    assert res.samples == [5.0, 5.5]                     # one sample per run: the median of its other epochs
+    assert res.metrics == {"accuracy": 41.5, "steps": 24.0, "world_size": 1.0, "global_batch": 32.0}
+    assert "done" in res.settings["last_output"] and res.settings["summary"]["steps"] == 24
+    per_epoch = L.measure_job("e", lambda out: _fake_job(out, [9.0, 3.0, 4.0], world_size=2, global_batch=64),
+                              tmp_path, epochs_as_samples=True)
+    assert per_epoch.samples == [3.0, 4.0] and per_epoch.warmup == [9.0]
+    assert per_epoch.metrics["world_size"] == 2 and per_epoch.metrics["global_batch"] == 64
+    with pytest.raises(DistributedSetupError, match="--epochs >= 2"):
+        L.measure_job("short", lambda out: _fake_job(out, [9.0]), tmp_path)
+    with pytest.raises(DistributedSetupError, match="failed"):
+        L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path, env=JOB_ENV)

@@ -60,3 +60,14 @@ def test_low_precision_and_bad_options():
         parity.check("tpu")
     with pytest.raises(ValueError, match="fp32, bf16, fp16"):
         parity.check("cpu", dtype="int8")
+
+
+def test_probe_model_shapes_and_layers():
+    torch.manual_seed(0)
+    model = parity.probe_model()
+    assert model(torch.randn(2, 3, 16, 16)).shape == (2, 10)
+    assert model(torch.randn(1, 3, 7, 9)).shape == (1, 10)  # any image size (global pooling before the head)
+    gray = parity.probe_model(in_channels=1, num_classes=4)
+    assert gray(torch.randn(2, 1, 8, 8)).shape == (2, 4)
+    kinds = [type(m).__name__ for m in model]
+    assert kinds.count("Conv2d") == 2 and kinds.count("BatchNorm2d") == 2 and kinds[-1] == "Linear"

@@ -1,7 +1,5 @@
 import json
 import os
-import subprocess
-import sys
 
 import nbformat
 import pytest
@@ -135,46 +133,42 @@ def test_unknown_versions_and_bad_inputs(tmp_path, capsys):
         pool.write_index([], tmp_path / "P")
 
 
-def test_submission_leaks_no_user_host_or_path(tmp_path):
+def test_find_inputs_takes_rows_files_and_submissions(tmp_path):
     rows = synthetic_rows(1, 2)
-    rows[0].fingerprint = {**rows[0].fingerprint, "note": "built by alice on alice-laptop in /home/alice/x",
-                           "cwd": "/work/course"}
-    payload = submit.pack(rows, NAMES)
-    text = json.dumps(payload)
-    for secret in ("alice", "alice-laptop", "/home", "/work/course", "x.log"):
-        assert secret not in text, secret
-    assert submit.find_leaks(text, NAMES) == []
-    assert set(submit.find_leaks("alice was in /tmp/x", NAMES)) == {"user", "a path"}
-    assert "No user name, host name or path" in payload["contents"]
-    assert len(payload["fingerprints"]) == 2 and payload["rows"][0]["fingerprint"] == 0
-    back = pool.read_submission(write_submission(tmp_path, "submission-x.json", rows))
-    assert [(r.variant, r.metric, r.median) for r in back] == [(r.variant, r.metric, r.median) for r in rows]
-    with pytest.raises(submit.SubmitError, match="no result rows"):
-        submit.pack([], NAMES)
+    results.write_rows(rows, tmp_path / "run" / "deep" / results.ROWS_FILE)
+    sub = write_submission(tmp_path, "submission-a.json", rows)
+    (tmp_path / "notes.json").write_text("{}")  # neither a rows file nor a submission: not read
+    assert pool.find_inputs(tmp_path) == sorted([sub, tmp_path / "run" / "deep" / results.ROWS_FILE])
+    assert pool.find_inputs(tmp_path / "notes.json") == [tmp_path / "notes.json"]  # a file named is taken as it is
+    with pytest.raises(FileNotFoundError, match="missing does not exist"):
+        pool.find_inputs(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no results in .*submission-\\*.json files \\(make submit\\)"):
+        pool.find_inputs(tmp_path / "empty")
 
 
-def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch):
-    """On this machine, with its real user, host and paths: none of them reaches the file."""
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))
-    root = tmp_path / "results"
-    fp = {**fingerprint(5, 4), "cwd": str(tmp_path), "who": results.private_names().get("user", "")}
-    old = results.make_rows("01", "a", {"x": [1.0]}, metric="t", unit="s", fingerprint=fp, profile="smoke", data="none")
-    results.write_rows(old, root / "old" / results.ROWS_FILE)
-    os.utime(root / "old" / results.ROWS_FILE, (1, 1))
-    new = results.make_rows("01", "b", {"y": [2.0]}, metric="t", unit="s", fingerprint=fp, profile="smoke",
-                            data="none")
-    results.write_rows(new, root / "new" / results.ROWS_FILE)
-    results.write_rows(old, root / results.ROWS_FILE)  # notebooks' running file: newest, but not a run
-    assert submit.latest_rows_file(root) == root / "new" / results.ROWS_FILE
-    target, payload = submit.submit(root=root)
-    assert target.parent == root and target.name.startswith("submission-")
-    text = target.read_text()
-    names = results.private_names()
-    assert submit.find_leaks(text, names) == [] and str(tmp_path) not in text
-    assert [r["experiment"] for r in payload["rows"]] == ["b"]
-    with pytest.raises(submit.SubmitError, match="make reproduce"):
-        submit.submit(root=tmp_path / "nothing")
-    proc = subprocess.run([sys.executable, "-m", "helpers.submit", str(root / "new")], capture_output=True, text=True,
-                          cwd=tmp_path, env={**os.environ, "COURSE_RESULTS": str(root)})
-    assert proc.returncode == 0 and "No user name, host name or path" in proc.stdout
-    assert str(tmp_path) not in proc.stdout
+def test_machine_and_lever_tables_and_the_lever_figure(tmp_path):
+    rows = synthetic_rows(1, 2) + synthetic_rows(2, 8, amx=True, slow=0.5)
+    machines = pool.machines_of(rows)
+    table = pool.machines_table(machines)
+    assert table.rows == [["11111111", "CPU 2 cores, AVX512-BF16", "Test CPU 1", "2/4", "AVX512-BF16", "none", "2.8.0",
+                           "workshop", 4, 1],
+                          ["22222222", "CPU 8 cores, AMX", "Test CPU 2", "8/16", "AMX", "none", "2.8.0", "workshop", 4, 1]]
+    epoch = next(lv for lv in pool.levers_of(rows) if lv.metric == "epoch_time")
+    assert epoch.has_ratios and epoch.title() == "02 / batch_size: epoch_time (workshop profile)"
+    lever = pool.lever_table(epoch, machines)
+    assert lever.columns == ["variant", "11111111 [CPU 2 cores, AVX512-BF16] ratio vs b32 (x)",
+                             "22222222 [CPU 8 cores, AMX] ratio vs b32 (x)", "published ratio (x)"]
+    # b256 takes half (machine 1) and a quarter (machine 2) of b32's time in every round; the book: 10 s -> 4 s
+    assert lever.rows == [["b32", "1.000", "1.000", 1.0], ["b256", "2.000", "4.000", 2.5]]
+    accuracy = next(lv for lv in pool.levers_of(rows) if lv.metric == "accuracy")
+    assert pool.lever_table(accuracy, machines).rows[1] == ["b256", "0.975 ~", "0.975 ~", None]  # one round: unclear
+    plain_rows = results.make_rows("03", "x", {"a": [1.0, 2.0, 4.0]}, metric="load_time", unit="s",
+                                   fingerprint=fingerprint(1, 2), profile="smoke", data="none")
+    plain = pool.levers_of(plain_rows)[0]
+    assert not plain.has_ratios and plain.title() == "03 / x: load_time (smoke profile)"
+    assert pool.lever_table(plain, pool.machines_of(plain_rows)).rows == [["a", "2.000 (1.000 to 4.000)", None]]
+    path = pool.lever_figure(epoch, machines, tmp_path / "figs" / "epoch.png")
+    assert path == tmp_path / "figs" / "epoch.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    again = pool.lever_figure(epoch, machines, tmp_path / "again.png")
+    assert again.read_bytes() == path.read_bytes()  # no date or version in the file: the same figure, the same bytes

@@ -86,3 +86,10 @@ def test_prune_round_to_refuses_to_empty_a_layer():
     assert models.count_parameters(model) == 2_122_186  # untouched
     with pytest.raises(pruning.PruningError, match="no layer of type Conv2d"):
         pruning.prune_round_to(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5, torch.randn(1, 2))
+
+
+def test_check_sparsity_returns_the_fraction_as_a_float():
+    assert pruning.check_sparsity(0.5) == 0.5 and isinstance(pruning.check_sparsity(0.25), float)
+    for bad in (0, 1, 1.5, -0.1, "0.5", None, float("nan")):
+        with pytest.raises(pruning.PruningError, match=r"between 0 and 1 \(exclusive\), e.g. 0.5 for 50%"):
+            pruning.check_sparsity(bad)

@@ -75,7 +75,7 @@ def test_missing_hardware_is_named(monkeypatch):
     monkeypatch.setitem(reproduce.HARDWARE, "10", need._replace(present=lambda: True))
     assert reproduce.missing_hardware("10") is None
     assert "published numbers" in reproduce.missing_consequence("10")
-    assert "benchmark ran" in reproduce.missing_consequence("12")
+    assert "every measurement ran on the best device this machine has" in reproduce.missing_consequence("12")
     assert reproduce.missing_consequence("01") == "not measured on this machine"
 
 
@@ -193,3 +193,61 @@ def test_no_private_nbclient_api():
     import inspect
 
     assert "_async_cleanup_kernel_future" not in inspect.getsource(reproduce)
+
+
+def test_extract_takes_the_report_section_tagged_cells_and_every_figure(tmp_path):
+    import base64
+
+    png = b"\x89PNG\r\n\x1a\nfake image bytes"
+    nb = nbformat.v4.new_notebook()
+    figure = nbformat.v4.new_output("display_data", data={"image/png": base64.b64encode(png).decode(),
+                                                           "text/plain": "<Figure>"})
+    tagged = nbformat.v4.new_code_cell("t", outputs=[nbformat.v4.new_output("stream", name="stdout", text="tagged\n")])
+    tagged.metadata["tags"] = ["report"]
+    nb.cells = [
+        nbformat.v4.new_code_cell("a", outputs=[nbformat.v4.new_output("stream", name="stdout", text="setup\n"),
+                                                figure]),
+        tagged,
+        nbformat.v4.new_markdown_cell("## Published vs yours\nThe comparison."),
+        nbformat.v4.new_code_cell("b", outputs=[
+            nbformat.v4.new_output("execute_result", data={"text/markdown": "| a | b |", "text/plain": "x"}),
+            nbformat.v4.new_output("stream", name="stderr", text="a warning\n"),
+            nbformat.v4.new_output("stream", name="stdout", text="ratio 1.5x\n"), figure]),
+        nbformat.v4.new_markdown_cell("## Exercises"),
+        nbformat.v4.new_code_cell("c", outputs=[nbformat.v4.new_output("stream", name="stdout", text="after\n")]),
+    ]
+    executed = tmp_path / "05_x.ipynb"
+    nbformat.write(nb, executed)
+    (tmp_path / "figures").mkdir()
+    tables, images = reproduce.extract(executed, tmp_path / "figures")
+    assert tables == ["```\ntagged\n```", "| a | b |", "```\nratio 1.5x\n```"]  # no stderr, nothing outside
+    assert images == ["05_x-1.png", "05_x-2.png"]  # every figure, in or out of the section
+    assert (tmp_path / "figures" / "05_x-2.png").read_bytes() == png
+
+
+def test_write_report_per_chapter_status_rows_and_figures(tmp_path):
+    from helpers import results
+
+    rows = results.make_rows("01", "toy", {"a": [2.0, 2.0], "b": [1.0, 1.0]}, metric="call_time", unit="s",
+                             baseline="a", fingerprint={"cpu_model": "x"}, profile="smoke", data="none")
+    rows += results.make_rows("09", "extra", {"c": [1.0]}, metric="t", unit="s", fingerprint={}, profile="smoke",
+                              data="none")
+    results.write_rows(rows, tmp_path / results.ROWS_FILE)
+    state = {"profile": "smoke", "started": "2030-01-01T00:00", "finished": False, "data": "data=standin",
+             "machine": {"cpu_model": "Test CPU"},
+             "chapters": ["01_toy", "02_printed", "03_failed", "10_multi_gpu", "04_later"],
+             "results": {"01_toy": {"status": "done", "seconds": 12.4, "figures": ["01_toy-1.png"]},
+                         "02_printed": {"status": "done", "seconds": 3.0, "tables": ["```\nratio 1.5x\n```"]},
+                         "03_failed": {"status": "failed", "error": "ValueError: boom", "seconds": 2.0},
+                         "10_multi_gpu": {"status": "done", "seconds": 1.0, "missing": "2 or more CUDA GPUs"}}}
+    path = reproduce.write_report(tmp_path, state)
+    text = path.read_text()
+    assert path == tmp_path / "report.md" and text.startswith("# Course measurements (smoke profile)")
+    assert "Started 2030-01-01T00:00; in progress. data=standin" in text and '"cpu_model": "Test CPU"' in text
+    toy = text.split("## 01_toy")[1].split("## 02_printed")[0]
+    assert "Ran in 12 s." in toy and "### 01 / toy: call_time" in toy and "![01_toy-1.png](figures/01_toy-1.png)" in toy
+    assert "*This chapter wrote no result rows; its notebook printed:*" in text and "ratio 1.5x" in text
+    assert "**Failed:** ValueError: boom" in text and "*Not run yet.*" in text.split("## 04_later")[1]
+    assert f"*Needs 2 or more CUDA GPUs: {reproduce.missing_consequence('10')}.*" in text
+    assert "## Other rows: 09" in text  # rows of a chapter that is not in this run's list
+    assert (tmp_path / "rows.csv").read_text().count("\n") == 4  # header and one line per row

@@ -1,8 +1,9 @@
+import dataclasses
 import json
 
 import pytest
 
-from helpers import results
+from helpers import privacy, results
 from helpers.measure import Result
 
 FP = {"cpu_model": "Fake CPU", "physical_cores": 4, "bf16": {"avx2": True, "avx512": True, "native_bf16": False,
@@ -48,17 +49,8 @@ def test_default_context_has_private_machine_id(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "smoke")
     row = results.make_rows("01", "x", {"a": [1.0]}, metric="t", unit="s")[0]
     assert row.profile == "smoke" and row.data == "standin" and row.versions.get("torch")
-    assert row.fingerprint["machine_id"] == results.machine_id()
+    assert row.fingerprint["machine_id"] == privacy.machine_id()
     assert (tmp_path / ".cache" / "accelerate-course" / "machine-salt").exists()
-
-
-def test_machine_id_is_stable_per_salt(tmp_path):
-    a = results.machine_id(tmp_path / "one")
-    assert a == results.machine_id(tmp_path / "one") and len(a) == 16
-    assert results.machine_id(tmp_path / "two") != a  # another salt, another id
-    (tmp_path / "three").mkdir()
-    (tmp_path / "three" / "machine-salt").write_text("fixed\n")
-    assert results.machine_id(tmp_path / "three") == results.machine_id(tmp_path / "three")
 
 
 def test_append_read_write_roundtrip(tmp_path, monkeypatch):
@@ -83,20 +75,6 @@ def test_unknown_version_and_bad_lines(tmp_path):
         results.read_rows(tmp_path / "bad.jsonl")
     with pytest.raises(results.ResultsFormatError, match="lacks"):
         results.row_from_dict({"version": results.SCHEMA_VERSION, "chapter": "01"})
-
-
-def test_redact_removes_user_host_home_and_paths():
-    names = {"home": "/home/alice", "user": "alice", "host": "alice-laptop.lan", "host_short": "alice-laptop"}
-    text = "alice ran /home/alice/course/x.py on alice-laptop in /tmp/run, 256 images/s, ratio 1/2, ~/data"
-    red = results.redact_text(text, names)
-    for secret in ("alice", "/home", "/tmp", "~/data"):
-        assert secret not in red
-    assert "images/s" in red and "1/2" in red and "<user> ran <path>" in red and "<host>" in red
-    local = results.redact_text("/home/alice/.cache/x and /usr/lib/libjemalloc.so", names, all_paths=False)
-    assert local == "~/.cache/x and /usr/lib/libjemalloc.so"
-    nested = results.redact({"a": ["alice", ("/home/alice",)], "alice": 3}, names)
-    assert nested == {"a": ["<user>", ["<path>"]], "<user>": 3}
-    assert results.redact_text("malice and alices", names) == "malice and alices"  # whole words only
 
 
 def test_hardware_class_and_machine_key():
@@ -149,3 +127,31 @@ def _append_many(path, i):
         row = results.make_rows("01", "x", {f"p{i}-{k}": [1.0]}, metric="t", unit="s",
                                 fingerprint={"versions": {}}, profile="smoke", data="none")
         results.append_rows(row, path)
+
+
+def test_results_dir_is_the_env_or_the_projects_results_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "mine"))
+    assert results.results_dir() == tmp_path / "mine"
+    monkeypatch.setenv("COURSE_RESULTS", "  ")  # blank: not set
+    project = tmp_path / "course"
+    (project / "notebooks").mkdir(parents=True)
+    (project / "pyproject.toml").write_text("")
+    monkeypatch.chdir(project / "notebooks")  # where notebooks run
+    assert results.results_dir() == project.resolve() / "results"
+    (tmp_path / "loose").mkdir()
+    monkeypatch.chdir(tmp_path / "loose")  # no project above (tmp_path is outside the clone)
+    assert results.results_dir() == (tmp_path / "loose").resolve() / "results"
+
+
+def test_quality_rows_value_format_and_grouping():
+    r = rows()
+    assert [results.is_quality(x) for x in r] == [False, False, True, True]
+    for metric in ("val_loss", "Top1", "max_abs_diff", "error_rate"):
+        assert results.is_quality(dataclasses.replace(r[0], metric=metric))
+    assert [results.fmt_value(v) for v in (2.0, 0.975, 1234.0, 1.234e-4)] == ["2.000", "0.975", "1,234", "1.2340e-04"]
+    other = results.make_rows("01", "loader", {"w0": [1.0]}, metric="epoch_time", unit="s", fingerprint=FP,
+                              profile="smoke", data="none")
+    groups = results.group_rows([r[0], other[0], r[2], r[1], r[3]])
+    assert list(groups) == [("02", "batch", "epoch_time", "s"), ("01", "loader", "epoch_time", "s"),
+                            ("02", "batch", "accuracy", "%")]  # in the order they first appear
+    assert [x.variant for x in groups[("02", "batch", "epoch_time", "s")]] == ["b32", "b256"]
