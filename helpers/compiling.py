@@ -1,6 +1,7 @@
 """torch.compile made measurable: compile time apart from steady state, every backend on a
-fresh model, graph breaks made visible, compiled regions found in a profile, the kernels
-Inductor generated compared between modes, and the step count after which compiling pays back.
+fresh model, graph breaks made visible, compiled regions found in a profile and where a
+compiled step's time went (own time per operator, copies by caller), the kernels Inductor
+generated compared between modes, and the step count after which compiling pays back.
 
 Importing this module changes nothing. While ``time_training_steps`` compiles, what the
 compiler writes to stderr (max-autotune's pages of kernel timing tables, "No CUDA runtime"
@@ -268,3 +269,27 @@ def self_ms_per_step(prof: "torch.profiler.profile", steps: int) -> dict[str, fl
         raise ValueError("steps must be >= 1")
     return {e.key: e.self_cpu_time_total / 1000.0 / steps for e in prof.key_averages()
             if not e.key.startswith("ProfilerStep")}
+
+
+_CONVERSIONS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous")
+
+
+def copies_by_caller(prof: "torch.profiler.profile", steps: int) -> dict[str, float]:
+    """Milliseconds per step spent in ``aten::copy_``, by the operator that asked for the copy.
+
+    Layout conversions (``.to(memory_format=...)``, ``.contiguous()``) reach ``copy_`` through
+    ``aten::to`` / ``_to_copy`` / ``clone``; the caller is the nearest enclosing event that is
+    none of these, e.g. ``aten::convolution_backward`` converting a weight, or autograd's
+    ``AccumulateGrad`` copying a gradient into the layout of its parameter.
+    """
+    if steps < 1:
+        raise ValueError("steps must be >= 1")
+    out: dict[str, float] = collections.defaultdict(float)
+    for event in prof.events():
+        if event.name != "aten::copy_":
+            continue
+        parent = event.cpu_parent
+        while parent is not None and parent.name in _CONVERSIONS:
+            parent = parent.cpu_parent
+        out[parent.name if parent is not None else "(top level)"] += event.cpu_time_total / 1000.0 / steps
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
