@@ -272,13 +272,17 @@ class _Search:
         self.bar = tqdm(total=round(budget), unit="s", desc="tune", **({"disable": True} if off else {}),
                         bar_format="{desc}: {n:.0f}/{total:.0f} s of budget |{bar}| {postfix}")
 
-    def left(self, reserve: bool = True) -> float:
-        """Seconds of budget left for trials: a little is kept for writing the report and, with
+    def kept(self, reserve: bool = True) -> float:
+        """Seconds of the budget kept back from trials: a little for writing the report and, with
         ``reserve``, enough for the confirmation rounds of a candidate as costly as the baseline."""
         kept = REPORT_RESERVE_S
         if reserve and self.base_raw is not None and self.confirm_rounds:
             kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * self.confirm_round_s(None)
-        return self.budget - kept - (time.perf_counter() - self.start)
+        return kept
+
+    def left(self, reserve: bool = True) -> float:
+        """Seconds of budget left for trials (what ``kept`` keeps back is not counted)."""
+        return self.budget - self.kept(reserve) - (time.perf_counter() - self.start)
 
     def confirm_round_s(self, candidate: dict[str, Any] | None) -> float:
         """Seconds one confirmation round takes: the baseline's trial and the candidate's, in
@@ -305,7 +309,8 @@ class _Search:
         est = self.estimate(levers) if self.base_raw is not None else left
         if est > left:
             self.skipped.append({"levers": dict(levers), "label": label(levers),
-                                 "reason": f"budget: needs about {est:.0f} s, {max(left, 0):.0f} s left"})
+                                 "reason": f"budget: needs about {est:.0f} s, {max(left, 0):.0f} s left "
+                                           f"({self.kept():.0f} s kept for the confirmation and the report)"})
             return None
         timeout = left if self.base_raw is None else min(left, max(2.5 * est, est + 20))
         self.bar.set_postfix_str(label(levers))

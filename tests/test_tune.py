@@ -127,6 +127,9 @@ def test_budget_is_respected(model_file: Path) -> None:
     assert elapsed < 3.6 + 0.5
     assert 1 <= len(report["trials"]) < 7
     assert any(s["reason"].startswith("budget") for s in report["skipped"])
+    # the reason says where the budget went: what is kept back for the confirmation and the report
+    assert all("kept for the confirmation and the report" in s["reason"] for s in report["skipped"]
+               if s["reason"].startswith("budget")), report["skipped"]
     assert all(timeout <= 3.6 for _, timeout in runner.calls)  # no child may outlive the budget
 
 
