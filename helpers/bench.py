@@ -42,8 +42,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from . import devices, models, precision, published, results, system
-from .measure import MatmulPeak, Stats, math_mode, matmul_peak
+from . import devices, files, models, precision, published, report_rows, results, system
+from .measure import Stats
+from .step_cost import MatmulPeak, math_mode, matmul_peak
 from .tables import Table
 
 BENCH_MODELS: tuple[str, ...] = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet")
@@ -362,9 +363,9 @@ def main(argv: Sequence[str] | None = None) -> list[StepTimes]:
     while folder.exists():
         folder = folder.with_name(folder.name + "x")
     results.write_rows(rows, folder / results.ROWS_FILE)
-    results.render_csv(rows, folder / "bench.csv")
-    results.atomic_write_text(folder / "bench.md", f"# Training-step benchmark\n\n{system.env_report()}\n\n"
-                              + results.render_markdown(rows))
+    report_rows.render_csv(rows, folder / "bench.csv")
+    files.atomic_write_text(folder / "bench.md", f"# Training-step benchmark\n\n{system.env_report()}\n\n"
+                              + report_rows.render_markdown(rows))
     print(f"\nsaved {folder / results.ROWS_FILE}, bench.csv and bench.md beside it")
     return times
 

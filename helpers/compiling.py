@@ -1,7 +1,7 @@
 """torch.compile made measurable: compile time apart from steady state, every backend on a
-fresh model, graph breaks made visible, compiled regions found in a profile and where a
-compiled step's time went (own time per operator, copies by caller), the kernels Inductor
-generated compared between modes, and the step count after which compiling pays back.
+fresh model, graph breaks made visible, where a compiled step's time went (own time per
+operator, copies by caller), the kernels Inductor generated compared between modes, and the
+step count after which compiling pays back.
 
 Importing this module changes nothing. While ``time_training_steps`` compiles, what the
 compiler writes to stderr (max-autotune's pages of kernel timing tables, "No CUDA runtime"
@@ -178,15 +178,6 @@ def graph_breaks(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
         reasons.append(text[0] if text else "")
     return {"graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons,
             "ops_per_graph": [len(ops) for ops in out.ops_per_graph]}
-
-
-def compiled_regions(prof: "torch.profiler.profile") -> Table:
-    """Profiler rows that belong to compiled code (CompiledFunction, Torch-Compiled Region)."""
-    table = Table(["event", "calls", "CPU total ms"])
-    for e in prof.key_averages():
-        if "Compiled" in e.key or "compiled" in e.key:
-            table.add(e.key, int(e.count), e.cpu_time_total / 1000.0)
-    return table
 
 
 def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: float = 0.0,

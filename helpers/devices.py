@@ -104,15 +104,6 @@ def memory_stats(device: torch.device | str) -> dict[str, int]:
     }
 
 
-def reset_peak_memory(device: torch.device | str) -> None:
-    """Reset the peak-memory counter of an accelerator (no-op on cpu and mps)."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    elif device.type == "xpu":
-        torch.xpu.reset_peak_memory_stats(device)
-
-
 def autocast_dtypes(device: torch.device | str) -> list[torch.dtype]:
     """Low-precision dtypes that ``torch.autocast`` can use on this device.
 

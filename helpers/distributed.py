@@ -1,55 +1,64 @@
 """One DDP training entry point for torchrun, mpirun and sbatch: ``python -m helpers.distributed``.
 
-* ``rank_info()`` reads who this process is from whichever launcher started it -- torchrun
-  (RANK / WORLD_SIZE / LOCAL_RANK), Open MPI (OMPI_COMM_WORLD_*), SLURM (SLURM_PROCID ...) --
-  and ``export_torch_env`` writes the torch variables, so ``init_process_group`` initialises
-  the standard way (``env://``) whoever launched the job (under torchrun through a store prefix
-  per restart, see ``init_process_group``).
-* ``choose_backend`` maps the device to gloo (CPU), nccl (CUDA) or xccl (Intel XPU, torch >=
-  2.8); ``ccl`` only when the end-of-life oneCCL bindings are importable.
-* ``rank_cpus`` / ``pin_rank`` give each CPU rank whole physical cores of its own: split from
-  the CPUs this process may use, offset by the node rank when several simulated nodes share
-  one machine (``--nodes-per-host``), and taken as given under SLURM (srun's CPU set).
-  ``threads_per_rank`` is the thread count of a rank that is not pinned: the physical cores
-  this process may use (its affinity, SMT siblings counted once -- not ``os.cpu_count()``,
-  which counts every logical CPU of the machine) shared by the ranks on the machine.
-* Every tensor handed to a collective is made by a function that takes the training device
-  and the collectives module (``handshake``, ``sum_across_ranks``, ``replica_fingerprints``),
-  in float32, so a unit test can call them with ``torch.device("meta")`` and a recording
-  stand-in and catch a CPU or float64 payload (nccl and xccl refuse CPU tensors; Intel Arc
-  has no float64).
-* ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, checkpoints written
-  by rank 0 (plain model state_dict without ``module.``, optimizer, CPU and accelerator RNG,
-  epoch/step, loss and data-wait statistics) that every rank resumes from after a restart.
-  ``--scale-lr`` multiplies the learning rate by the world size and ramps it up linearly over
-  the first ``--warmup-epochs`` (``warmup_lr``; Goyal et al. 2017, "Accurate, Large Minibatch
-  SGD": linear scaling with a gradual warm-up).
-* ``main`` evaluates on every rank (a shard of the test set each, results summed), so no
-  rank waits in a collective while rank 0 works alone; errors a user can cause (offline
-  data, bad options, too many ranks) print one ``error:`` message from rank 0 and exit 2.
+This module is the command line, the backend and process-group setup, and the error handling:
 
-Building and running launch commands is ``helpers.launch``.
+* ``choose_backend`` maps the device to gloo (CPU), nccl (CUDA) or xccl (Intel XPU, torch >=
+  2.8); ``ccl`` only when the end-of-life oneCCL bindings are importable. ``training_device``
+  gives each GPU rank the device numbered by its local rank.
+* ``init_process_group`` initialises the standard way (``env://``), under torchrun through a
+  store prefix per restart.
+* ``run`` is the job: pin, load the data, join, train (``helpers.ddp_training``), check the
+  replicas, evaluate on every rank, write the summary.
+* ``main`` turns errors a user can cause (offline data, bad options, too many ranks) into one
+  ``error:`` message from rank 0 and exit status 2, instead of a traceback per rank.
+
+Who this process is and which CPUs it gets (``rank_info``, ``export_torch_env``, ``rank_cpus``,
+``pin_rank``, ``threads_per_rank``) is ``helpers.ranks``; the training loop, its checkpoints
+and the collectives' payloads (``train_ddp``, ``resume_from``, ``handshake``, ...) are
+``helpers.ddp_training``. The names the chapters call through this module (``rank_info``,
+``node_rank``, ``rank_cpus``, ``pin_rank``, ``threads_per_rank``, ``RankInfo``, ``handshake``,
+``DistributedSetupError``) are imported here as well. Building and running launch commands
+is ``helpers.launch``.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import json
 import os
 import signal
 import sys
 import time
-from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Sequence
+
+from .ddp_training import (
+    StopTraining,
+    evaluate_on_all_ranks,
+    fresh_progress,
+    handshake,
+    replica_fingerprints,
+    resume_from,
+    train_ddp,
+    wait_for_all,
+    warmup_lr,
+)
+from .ranks import (  # noqa: F401  (node_rank, rank_cpus: re-exported, chapters 10-11 call them from here)
+    DistributedSetupError,
+    RankInfo,
+    export_torch_env,
+    node_rank,
+    pin_rank,
+    rank_cpus,
+    rank_info,
+    threads_per_rank,
+)
 
 BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "xccl", "ccl", "mpi")
 SBATCH_SCRIPT = Path(__file__).resolve().parent / "launchers" / "ddp.sbatch"
-CHECKPOINT_FORMAT = 2
 EXIT_SETUP_ERROR = 2
 # On a user error every rank stops, but only rank 0 prints the message. torchrun stops all workers
 # as soon as one exits with an error, so the other ranks wait this long first: otherwise a rank
@@ -58,100 +67,8 @@ EXIT_SETUP_ERROR = 2
 ERROR_LINGER_S = 15.0  # free when rank 0 is on time: torchrun stops the others once it exits
 
 
-class DistributedSetupError(RuntimeError):
-    """A launch or configuration problem, with what to do about it."""
-
-
 class JoinError(DistributedSetupError):
     """This rank could not reach the rendezvous: a local problem, so every rank that has it says so."""
-
-
-class StopTraining(Exception):
-    """Raised after ``--crash-at-step`` steps to simulate a lost rank (tests and chapter 08)."""
-
-
-@dataclass(frozen=True)
-class RankInfo:
-    """Who this process is in the job, and which launcher said so."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-    launcher: str
-
-
-def _int(env: Mapping[str, str], key: str) -> int:
-    try:
-        return int(env[key])
-    except ValueError:
-        raise DistributedSetupError(f"{key}={env[key]!r} is not an integer") from None
-
-
-def _slurm_tasks_on_node(env: Mapping[str, str]) -> int:
-    """SLURM_NTASKS_PER_NODE, or this node's entry of SLURM_TASKS_PER_NODE ('2(x3),1')."""
-    if "SLURM_NTASKS_PER_NODE" in env:
-        return _int(env, "SLURM_NTASKS_PER_NODE")
-    spec = env.get("SLURM_TASKS_PER_NODE")
-    if not spec:
-        return 1
-    counts: list[int] = []
-    for part in spec.split(","):
-        if "(x" in part:
-            n, times = part.rstrip(")").split("(x")
-            counts += [int(n)] * int(times)
-        else:
-            counts.append(int(part))
-    node = int(env.get("SLURM_NODEID", "0"))
-    return counts[node] if node < len(counts) else counts[-1]
-
-
-def rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
-    """Rank, world size and local rank from torchrun, Open MPI or SLURM variables (in that order)."""
-    env = os.environ if env is None else env
-    if "RANK" in env and "WORLD_SIZE" in env:
-        world = _int(env, "WORLD_SIZE")
-        return RankInfo(_int(env, "RANK"), world, int(env.get("LOCAL_RANK", "0")),
-                        int(env.get("LOCAL_WORLD_SIZE", str(world))),
-                        "torchrun" if "TORCHELASTIC_RUN_ID" in env else "environment")
-    if "OMPI_COMM_WORLD_RANK" in env:
-        return RankInfo(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
-                        _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
-                        int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env["OMPI_COMM_WORLD_SIZE"])), "mpirun")
-    if "SLURM_PROCID" in env:
-        return RankInfo(_int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"),
-                        _slurm_tasks_on_node(env), "slurm")
-    return RankInfo(0, 1, 0, 1, "single process")
-
-
-def node_rank(info: RankInfo, env: Mapping[str, str] | None = None) -> int:
-    """Which machine ("node") of the job this rank runs on: torchrun's GROUP_RANK, SLURM_NODEID,
-    else the global rank divided by the ranks per node."""
-    env = os.environ if env is None else env
-    for key in ("GROUP_RANK", "SLURM_NODEID"):
-        if key in env:
-            return _int(env, key)
-    return info.rank // max(1, info.local_world_size)
-
-
-def export_torch_env(info: RankInfo, env: dict[str, str] | None = None) -> dict[str, str]:
-    """Write RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE; check MASTER_ADDR/PORT when needed."""
-    env = os.environ if env is None else env
-    env.update({"RANK": str(info.rank), "WORLD_SIZE": str(info.world_size),
-                "LOCAL_RANK": str(info.local_rank), "LOCAL_WORLD_SIZE": str(info.local_world_size)})
-    if info.world_size > 1:
-        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
-        if missing:
-            raise DistributedSetupError(
-                f"{' and '.join(missing)} not set: with {info.world_size} processes started by "
-                f"{info.launcher}, every rank must know where rank 0 listens. "
-                "Example: export MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 (use rank 0's host name on a cluster); "
-                "torchrun sets them itself."
-            )
-    else:
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
-        env.setdefault("MASTER_PORT", "0")  # one process: any free port
-    return env
 
 
 def cuda_missing_message() -> str:
@@ -219,275 +136,6 @@ def training_device(kind: str, info: RankInfo) -> Any:
         device = torch.device(device.type, info.local_rank)
         getattr(torch, device.type).set_device(device)
     return device
-
-
-# ----- CPU pinning ----------------------------------------------------------------------------
-
-def rank_cpus(info: RankInfo, *, allowed: Sequence[int], core_groups: Sequence[Sequence[int]],
-              nodes_per_host: int = 1, node: int = 0) -> list[int]:
-    """Logical CPUs for this rank: whole physical cores, split from the ``allowed`` CPUs.
-
-    ``core_groups`` lists each physical core's logical CPUs (SMT siblings). The allowed cores
-    are split evenly between ``nodes_per_host * local_world_size`` slots; this rank takes slot
-    ``node * local_world_size + local_rank`` (on 2 cores with two simulated nodes of one rank:
-    node 0 gets core 0, node 1 core 1). Under SLURM the allowed set is srun's choice for this
-    task and is returned as it is.
-    """
-    allowed_set = set(allowed)
-    if info.launcher == "slurm":
-        return sorted(allowed_set)
-    groups = [[c for c in g if c in allowed_set] for g in core_groups]
-    groups = [g for g in groups if g]
-    slots = nodes_per_host * info.local_world_size
-    slot = (node % nodes_per_host) * info.local_world_size + info.local_rank
-    if slots > len(groups):
-        raise DistributedSetupError(
-            f"{slots} ranks on this machine ({nodes_per_host} node(s) x {info.local_world_size}) but only "
-            f"{len(groups)} physical cores available to them: each CPU rank gets whole cores, so start at most "
-            f"{len(groups)} ranks here (or pass --no-pin to share cores knowingly)."
-        )
-    per = len(groups) // slots
-    return [c for g in groups[slot * per:(slot + 1) * per] for c in g]
-
-
-def threads_per_rank(ranks_here: int, topo: Any = None) -> int:
-    """Threads for each of ``ranks_here`` unpinned ranks sharing this machine: the physical cores
-    this process may use (``os.sched_getaffinity``, SMT siblings counted once), divided evenly,
-    at least 1. ``os.cpu_count() // ranks`` would count hyper-threads and CPUs outside the
-    affinity (a container's or srun's CPU set) and oversubscribe the cores."""
-    from . import system
-
-    if ranks_here < 1:
-        raise ValueError(f"ranks_here must be at least 1, got {ranks_here}")
-    cores = (topo or system.topology()).physical_cores
-    return max(1, cores // ranks_here)
-
-
-def pin_rank(info: RankInfo, threads: int | None = None, nodes_per_host: int = 1) -> list[int]:
-    """Bind this process to its own physical cores and use one thread per core of it."""
-    import torch
-
-    from . import system
-
-    topo = system.topology()
-    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
-        [c for g in topo.smt_siblings() for c in g]
-    cpus = rank_cpus(info, allowed=allowed, core_groups=topo.smt_siblings(), nodes_per_host=nodes_per_host,
-                     node=node_rank(info))
-    if hasattr(os, "sched_setaffinity") and info.launcher != "slurm":
-        os.sched_setaffinity(0, cpus)
-    cores = sum(1 for g in topo.smt_siblings() if set(g) & set(cpus))
-    torch.set_num_threads(threads or max(1, cores))
-    return cpus
-
-
-# ----- collectives: every payload made on the training device, in float32 --------------------
-
-def handshake(rank: int, device: Any, comm: Any) -> Any:
-    """all_reduce(rank + 1) over the job: proves every rank joined (world 2 gives 3)."""
-    import torch
-
-    value = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
-    comm.all_reduce(value)
-    return value
-
-
-def sum_across_ranks(values: Sequence[float], device: Any, comm: Any) -> Any:
-    """Element-wise sum of ``values`` over all ranks (counts, loss sums), as a float32 tensor."""
-    import torch
-
-    total = torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
-    comm.all_reduce(total)
-    return total
-
-
-def replica_fingerprints(model: Any, device: Any, comm: Any) -> list[Any]:
-    """Every rank's per-parameter float32 sums; DDP replicas must produce identical ones."""
-    import torch
-
-    with torch.no_grad():
-        mine = torch.stack([p.detach().float().sum() for p in model.parameters()]).to(device)
-    gathered = [torch.empty_like(mine) for _ in range(comm.get_world_size())]
-    comm.all_gather(gathered, mine)
-    return gathered
-
-
-def wait_for_all(device: Any, comm: Any) -> None:
-    """Barrier (no payload); on GPUs name this rank's device so nccl does not guess it."""
-    if device.type in ("cuda", "xpu"):
-        comm.barrier(device_ids=[device.index])
-    else:
-        comm.barrier()
-
-
-# ----- checkpoints ----------------------------------------------------------------------------
-
-def rng_state(device: Any) -> dict[str, Any]:
-    """CPU and accelerator random-number state, to resume the same random stream."""
-    import torch
-
-    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "device_type": device.type, "device": None}
-    if device.type in ("cuda", "xpu"):
-        state["device"] = getattr(torch, device.type).get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict[str, Any], device: Any) -> None:
-    """Restore ``rng_state``; the accelerator part only on the same kind of device."""
-    import torch
-
-    torch.set_rng_state(state["cpu"])
-    if state.get("device") is not None and state.get("device_type") == device.type:
-        getattr(torch, device.type).set_rng_state(state["device"], device)
-
-
-def fresh_progress() -> dict[str, Any]:
-    """Where a new run starts: epoch 0, batch 0, and empty statistics."""
-    return {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "epoch_times": [], "epoch_losses": [],
-            "data_wait": [], "resumed_from": None}
-
-
-def checkpoint_state(model: Any, optimizer: Any, device: Any, progress: dict[str, Any]) -> dict[str, Any]:
-    """A portable checkpoint: ``model`` is the plain module's state_dict (no ``module.`` prefix),
-    loadable with ``load_state_dict`` into a model built without DDP."""
-    plain = getattr(model, "module", model)
-    keep = {k: v for k, v in progress.items() if k != "resumed_from"}
-    return {"format": CHECKPOINT_FORMAT, "model": plain.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_state(device), **keep}
-
-
-def resume_from(path: str | Path, model: Any, optimizer: Any, device: Any) -> dict[str, Any]:
-    """Load a checkpoint written by ``checkpoint_state`` into the plain model and optimizer."""
-    from .checkpoints import CheckpointError, load_checkpoint
-
-    state = load_checkpoint(path)
-    try:
-        getattr(model, "module", model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        progress = {k: state[k] for k in ("epoch", "batch", "step")}
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer ({type(exc).__name__}). "
-                              "Delete it or use a different checkpoint path.") from None
-    set_rng_state(state["rng"], device)
-    out = fresh_progress()
-    out.update(progress)
-    for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
-        out[key] = state.get(key, out[key])
-    out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
-    out["resumed_from"] = [progress["epoch"], progress["batch"]]
-    return out
-
-
-# ----- the learning rate ----------------------------------------------------------------------
-
-def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
-    """The learning rate of optimizer step ``step`` (0-based) under a linear warm-up.
-
-    Goyal et al. 2017 ("Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour") scale the
-    learning rate with the global batch (``peak_lr = base_lr * k`` for k times the batch) and
-    reach it gradually: from ``base_lr`` at step 0, by equal increments, to ``peak_lr`` at step
-    ``warmup_steps``, then constant. ``warmup_steps <= 0`` means no warm-up. (The linear rule
-    was derived for SGD; for Adam, which this entry point uses, it is a heuristic: Adam's step
-    hardly depends on the gradient's scale, and a square-root rule is the one derived for it --
-    Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms".)
-    """
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
-    if warmup_steps <= 0 or step >= warmup_steps:
-        return float(peak_lr)
-    return float(base_lr + (peak_lr - base_lr) * step / warmup_steps)
-
-
-def set_lr(optimizer: Any, lr: float) -> None:
-    """Set the learning rate of every parameter group of ``optimizer``."""
-    for group in optimizer.param_groups:
-        group["lr"] = lr
-
-
-# ----- the training loop ----------------------------------------------------------------------
-
-def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, progress: dict[str, Any],
-              checkpoint: str | Path | None = None, checkpoint_every: int = 0, write: bool = True,
-              stop_after: int | None = None, lr_at: Callable[[int], float] | None = None) -> dict[str, Any]:
-    """Train the DDP-wrapped model; ``progress`` (from ``fresh_progress`` or ``resume_from``) is
-    updated in place and returned. ``write``: this rank writes the checkpoints (rank 0 only).
-    ``lr_at(step)``: the learning rate of each optimizer step, counted over the whole run
-    (a resumed run continues the schedule where the checkpoint left it)."""
-    import torch
-
-    from . import devices
-    from .checkpoints import save_checkpoint
-
-    loss_fn = torch.nn.CrossEntropyLoss()
-    non_blocking = device.type in ("cuda", "xpu")
-    calls = 0
-
-    def save(epoch: int, batch: int) -> None:
-        if checkpoint is not None and write:
-            save_checkpoint(checkpoint, checkpoint_state(ddp, optimizer, device,
-                                                         {**progress, "epoch": epoch, "batch": batch}))
-
-    first = progress["epoch"]
-    for epoch in range(first, epochs):
-        ddp.train()
-        loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same split on every rank
-        skip = progress["batch"] if epoch == first else 0
-        if not skip:
-            progress["loss_sum"] = 0.0
-        running = torch.zeros((), device=device)
-        batch, waited = skip, 0.0
-        devices.synchronize(device)
-        started = asked = time.perf_counter()
-        for inputs, targets in itertools.islice(iter(loader), skip, None):
-            waited += time.perf_counter() - asked
-            inputs = inputs.to(device, non_blocking=non_blocking)
-            targets = targets.to(device, non_blocking=non_blocking)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(inputs), targets)
-            loss.backward()  # DDP all-reduces the gradients during backward
-            if lr_at is not None:
-                set_lr(optimizer, lr_at(progress["step"]))
-            optimizer.step()
-            running += loss.detach().float()
-            batch += 1
-            progress["step"] += 1
-            calls += 1
-            if checkpoint_every and progress["step"] % checkpoint_every == 0:
-                progress["loss_sum"] += float(running)
-                running.zero_()
-                save(epoch, batch)
-            if stop_after is not None and calls >= stop_after:
-                raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
-            asked = time.perf_counter()
-        devices.synchronize(device)
-        progress["loss_sum"] += float(running)
-        progress["epoch_times"].append(time.perf_counter() - started)
-        progress["data_wait"].append(waited)
-        progress["epoch_losses"].append(progress["loss_sum"] / max(1, batch))
-        progress["epoch"], progress["batch"] = epoch + 1, 0
-        save(epoch + 1, 0)
-    return progress
-
-
-def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, float]:
-    """Each rank scores its share of the test set; the counts are summed over ranks."""
-    import torch
-    from torch.utils.data import DataLoader, Subset
-
-    shard = Subset(test_set, range(info.rank, len(test_set), info.world_size))
-    correct = count = 0
-    loss = 0.0
-    model.eval()
-    with torch.no_grad():
-        for inputs, targets in DataLoader(shard, batch_size=512):
-            inputs, targets = inputs.to(device), targets.to(device)
-            out = model(inputs)
-            loss += float(torch.nn.functional.cross_entropy(out, targets, reduction="sum"))
-            correct += int((out.argmax(1) == targets).sum())
-            count += len(targets)
-    model.train()
-    c, n, total = sum_across_ranks([correct, count, loss], device, comm).tolist()
-    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n}
 
 
 # ----- command line ---------------------------------------------------------------------------
@@ -698,20 +346,6 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
                   file=sys.stderr, flush=True)
             time.sleep(ERROR_LINGER_S)
         sys.exit(EXIT_SETUP_ERROR)
-
-
-_MOVED_TO_LAUNCH = ("free_port", "check_ranks", "torchrun_command", "mpirun_command", "JobResult", "run_job",
-                    "measure_job", "rank_lines")
-
-
-def __getattr__(name: str) -> Any:
-    """Launch helpers live in ``helpers.launch`` now; this keeps ``distributed.run_job`` etc.
-    working for notebooks that have not moved yet."""
-    if name in _MOVED_TO_LAUNCH:
-        from . import launch
-
-        return getattr(launch, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 if __name__ == "__main__":

@@ -505,10 +505,10 @@ def _cached_datasets() -> dict[str, bool]:
 
 
 def _disk() -> dict[str, int]:
-    from . import results
+    from . import privacy, results
 
     free = {}
-    for label, folder in (("results", results.results_dir()), ("cache", results.cache_dir())):
+    for label, folder in (("results", results.results_dir()), ("cache", privacy.cache_dir())):
         probe = Path(folder)
         while not probe.exists() and probe != probe.parent:
             probe = probe.parent
@@ -585,15 +585,15 @@ def format_checks(checks: Sequence[Check], redact: Callable[[str], str] | None =
 def run(out: Path | str | None = None, *, parity_steps: int = 5, imports: bool = True,
         facts: dict[str, Any] | None = None) -> tuple[list[Check], dict[str, Any], Path]:
     """Gather (unless ``facts`` are given), judge, write ``doctor.json``; returns checks, report, path."""
-    from . import results
+    from . import files, privacy, results
 
     facts = gather(parity_steps=parity_steps, imports=imports) if facts is None else facts
     checks = judge(facts)
     fingerprint = dict(facts.get("fingerprint", {}))
-    fingerprint["machine_id"] = results.machine_id()
+    fingerprint["machine_id"] = privacy.machine_id()
     payload = report(checks, fingerprint)
     path = Path(out) if out is not None else results.results_dir() / "doctor.json"
-    results.atomic_write_text(path, json.dumps(results.redact(payload, all_paths=False), indent=2, default=str) + "\n")
+    files.atomic_write_text(path, json.dumps(privacy.redact(payload, all_paths=False), indent=2, default=str) + "\n")
     return checks, payload, path
 
 
@@ -604,19 +604,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--no-imports", action="store_true",
                    help="skip importing IPEX, NNI and Torch-Pruning in a child process (faster, less sure)")
     args = p.parse_args(argv)
-    from . import results
+    from . import privacy
 
     start = time.perf_counter()
     print("Checking the course setup (10-30 s) ...", flush=True)
     checks, _, path = run(args.out, parity_steps=args.parity_steps, imports=not args.no_imports)
-    names = results.private_names()
-    print(format_checks(checks, lambda t: results.redact_text(t, names, all_paths=False)))
+    names = privacy.private_names()
+    print(format_checks(checks, lambda t: privacy.redact_text(t, names, all_paths=False)))
     shown = path.resolve()
     try:
         shown = shown.relative_to(Path.cwd().resolve())
     except ValueError:
         pass
-    print(f"wrote {results.redact_text(str(shown), names, all_paths=False)} in {time.perf_counter() - start:.0f} s")
+    print(f"wrote {privacy.redact_text(str(shown), names, all_paths=False)} in {time.perf_counter() - start:.0f} s")
     return exit_status(checks)
 
 

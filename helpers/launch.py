@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from .distributed import SBATCH_SCRIPT, DistributedSetupError
+from .distributed import SBATCH_SCRIPT
+from .ranks import DistributedSetupError
 
 if TYPE_CHECKING:
     from .measure import Result

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import results
+from . import files, machine_class, report_rows, results
 from .results import ResultsFormatError, Row
 from .tables import Table, fmt
 
@@ -88,7 +88,7 @@ def load(paths: Iterable[Path | str]) -> list[Row]:
     for n, path in enumerate(files):
         batch = read_submission(path) if path.suffix == ".json" else results.read_rows(path)
         for r in batch:
-            key = json.dumps([results.machine_key(r.fingerprint), r.chapter, r.experiment, r.variant, r.metric,
+            key = json.dumps([machine_class.machine_key(r.fingerprint), r.chapter, r.experiment, r.variant, r.metric,
                               r.unit, r.time, r.median, r.min, r.max, r.repeats], default=str)
             if key not in seen:
                 seen.add(key)
@@ -155,7 +155,7 @@ class Machine:
 
     @property
     def hardware(self) -> str:
-        return results.hardware_class(self.fingerprint)
+        return machine_class.hardware_class(self.fingerprint)
 
     label: str = ""
 
@@ -193,7 +193,7 @@ def machines_of(rows: Sequence[Row]) -> dict[str, Machine]:
     """The machines the rows come from, keyed by their private id."""
     out: dict[str, Machine] = {}
     for r in rows:
-        key = results.machine_key(r.fingerprint)
+        key = machine_class.machine_key(r.fingerprint)
         m = out.setdefault(key, Machine(key, r.fingerprint))
         m.rows += 1
         m.runs.add(str(r.extra.get(POOLED_FROM, r.time[:10])))
@@ -211,14 +211,14 @@ def levers_of(rows: Sequence[Row]) -> list[Lever]:
         groups.setdefault((r.chapter, r.experiment, r.metric, r.unit, r.profile), []).append(r)
     levers = []
     for key in sorted(groups):
-        group = sorted(groups[key], key=lambda r: (results.machine_key(r.fingerprint), r.time))
+        group = sorted(groups[key], key=lambda r: (machine_class.machine_key(r.fingerprint), r.time))
         first = group[0]
         baselines = sorted({r.baseline for r in group if r.baseline})
         lever = Lever(*key, baseline=baselines[0] if baselines else None, lower_is_better=first.lower_is_better,
                       published_source=next((r.published_source for r in group if r.published_source), None))
         per: dict[tuple[str, str], list[Row]] = {}
         for r in group:
-            per.setdefault((results.machine_key(r.fingerprint), r.variant), []).append(r)
+            per.setdefault((machine_class.machine_key(r.fingerprint), r.variant), []).append(r)
             if r.variant not in lever.variants:
                 lever.variants.append(r.variant)
             lever.data.add(r.data)
@@ -257,7 +257,7 @@ def machines_table(machines: dict[str, Machine]) -> Table:
     for m in _ordered_machines(machines):
         fp = m.fingerprint
         table.add(m.label, m.hardware, fp.get("cpu_model", "?"), f"{fp.get('physical_cores', '?')}/"
-                  f"{fp.get('logical_cores', '?')}", results.isa_class(fp), ", ".join(fp.get("accelerators") or [])
+                  f"{fp.get('logical_cores', '?')}", machine_class.isa_class(fp), ", ".join(fp.get("accelerators") or [])
                   or "none", (fp.get("versions") or {}).get("torch", "?"), ", ".join(sorted(m.profiles)), m.rows,
                   len(m.runs))
     return table
@@ -266,7 +266,7 @@ def machines_table(machines: dict[str, Machine]) -> Table:
 def lever_table(lever: Lever, machines: dict[str, Machine]) -> Table:
     """Variants down, machines across (grouped by hardware class), the published figure last."""
     order = [m for m in _ordered_machines(machines) if any((m.key, v) in lever.cells for v in lever.variants)]
-    label = results.metric_label(lever.metric, lever.unit)
+    label = report_rows.metric_label(lever.metric, lever.unit)
     what = f"ratio vs {lever.baseline} (x)" if lever.has_ratios else f"median ({label})"
     cols = ["variant"] + [f"{m.label} [{m.hardware}] {what}" for m in order]
     cols.append("published ratio (x)" if lever.has_ratios else f"published ({label})")
@@ -330,7 +330,7 @@ def lever_figure(lever: Lever, machines: dict[str, Machine], path: Path) -> Path
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_ylabel(f"ratio vs {lever.baseline} (x, > 1 better)")
     else:
-        ax.set_ylabel(f"{lever.metric} ({results.metric_label(lever.metric, lever.unit)})")
+        ax.set_ylabel(f"{lever.metric} ({report_rows.metric_label(lever.metric, lever.unit)})")
     ax.set_xticks(range(len(lever.variants)))
     ax.set_xticklabels(lever.variants, rotation=20 if len(lever.variants) > 4 else 0, ha="right"
                        if len(lever.variants) > 4 else "center")
@@ -377,7 +377,7 @@ def write_index(rows: Sequence[Row], out: Path | str) -> Path:
                   + (f"; published: {lever.published_source}" if lever.published_source else "") + "*", "",
                   f"![{lever.title()}](figures/{figure.name})", ""]
     index = out / "index.md"
-    results.atomic_write_text(index, "\n".join(lines))
+    files.atomic_write_text(index, "\n".join(lines))
     return index
 
 

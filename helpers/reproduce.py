@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from . import data, devices, profiles, results, system
+from . import data, devices, files, privacy, profiles, report_rows, results, system
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
@@ -257,7 +257,7 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
         lines += [f"Ran in {ch['seconds']:.0f} s. Executed notebook: `notebooks/{name}.ipynb`.", ""]
         mine = by_chapter.pop(name[:2], [])
         if mine:
-            lines += [results.render_markdown(mine, heading_level=3)]
+            lines += [report_rows.render_markdown(mine, heading_level=3)]
         elif ch.get("tables"):
             lines += ["*This chapter wrote no result rows; its notebook printed:*", ""]
             lines += [t + "\n" for t in ch["tables"]]
@@ -265,11 +265,11 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
             lines += ["*This chapter has no table for the report.*", ""]
         lines += [f"![{img}](figures/{img})" for img in ch.get("figures", [])] + [""]
     for chapter, rest in sorted(by_chapter.items()):  # rows of chapters not in this run's list
-        lines += [f"## Other rows: {chapter}", "", results.render_markdown(rest, heading_level=3)]
+        lines += [f"## Other rows: {chapter}", "", report_rows.render_markdown(rest, heading_level=3)]
     if rows:
-        results.render_csv(rows, folder / "rows.csv")
+        report_rows.render_csv(rows, folder / "rows.csv")
     report = folder / "report.md"
-    results.atomic_write_text(report, "\n".join(lines))
+    files.atomic_write_text(report, "\n".join(lines))
     return report
 
 
@@ -315,7 +315,7 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         note = " (synthetic stand-in images, not the real dataset)" if source_data == "standin" else ""
         state = {"profile": profile, "data": f"profile={profile} data={source_data}{note}",
                  "started": datetime.now().isoformat(timespec="seconds"),
-                 "machine": {**system.fingerprint(), "machine_id": results.machine_id()},
+                 "machine": {**system.fingerprint(), "machine_id": privacy.machine_id()},
                  "chapters": [p.stem for p in paths], "notebooks": str(notebooks), "results": {}, "finished": False}
     env = {**os.environ, "COURSE_PROFILE": profile, "COURSE_RESULTS": str(folder)}
     env.setdefault("TQDM_DISABLE", "1")

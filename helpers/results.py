@@ -35,17 +35,16 @@ field              meaning
 =================  ==========================================================================
 
 The fingerprint carries ``machine_id`` (``helpers.privacy``): a salted hash, so one machine's
-repeated runs merge while its identity stays private; ``redact`` (also from there) removes
-user, host and path names before rows leave the machine (``helpers.submit``). Tables are
-rendered from rows (``rows_table``, ``render_markdown``, ``render_csv``): units and "per
-step / per epoch / per run" in every header, stand-in data labelled on every quality value.
+repeated runs merge while its identity stays private; ``helpers.privacy.redact`` removes
+user, host and path names before rows leave the machine (``helpers.submit``). Machines are
+grouped into classes by ``helpers.machine_class``; tables, Markdown and CSV are rendered
+from rows by ``helpers.report_rows``.
 
 This module is plain data: reading rows needs no torch.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field, fields
@@ -53,9 +52,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from . import privacy
 from .files import atomic_write_text
-from .privacy import cache_dir, machine_id, private_names, redact, redact_text  # noqa: F401  (part of this API)
-from .tables import Table
+
 
 SCHEMA_VERSION = 1
 ROWS_FILE = "rows.jsonl"
@@ -108,7 +107,7 @@ def _context(fingerprint: dict[str, Any] | None, profile: str | None, data: str 
     if fingerprint is None:
         from . import system
 
-        fingerprint = {**system.fingerprint(), "machine_id": machine_id()}
+        fingerprint = {**system.fingerprint(), "machine_id": privacy.machine_id()}
     if profile is None:
         from . import profiles
 
@@ -275,141 +274,3 @@ def read_rows(path: Path | str) -> list[Row]:
             raise ResultsFormatError(f"{path.name} line {n} is not JSON ({exc.msg})") from None
         rows.append(row_from_dict(d))
     return rows
-
-
-# --- describing a machine ---------------------------------------------------------------------
-
-def isa_class(fingerprint: dict[str, Any]) -> str:
-    """The instruction sets that decide the course's CPU results, as one label."""
-    bf16 = fingerprint.get("bf16") or {}
-    if bf16.get("amx"):
-        return "AMX"
-    if bf16.get("native_bf16"):
-        return "AVX512-BF16"
-    if bf16.get("avx512"):
-        return "AVX-512"
-    if bf16.get("avx2"):
-        return "AVX2"
-    return "no AVX2" if bf16 else "unknown ISA"
-
-
-def hardware_class(fingerprint: dict[str, Any]) -> str:
-    """Machines that should give similar ratios: accelerator, else physical cores and ISA."""
-    accel = fingerprint.get("accelerators") or []
-    if accel:
-        names = sorted(set(accel))
-        return f"{len(accel)}x {names[0]}" if len(names) == 1 else " + ".join(names)
-    cores = fingerprint.get("physical_cores", "?")
-    return f"CPU {cores} cores, {isa_class(fingerprint)}"
-
-
-def machine_key(fingerprint: dict[str, Any]) -> str:
-    """``machine_id`` when the fingerprint has one, else a hash of its hardware fields."""
-    if fingerprint.get("machine_id"):
-        return str(fingerprint["machine_id"])
-    hardware = {k: fingerprint.get(k) for k in ("cpu_model", "sockets", "physical_cores", "logical_cores",
-                                                 "numa_nodes", "bf16", "accelerators")}
-    return "hw-" + hashlib.sha256(json.dumps(hardware, sort_keys=True, default=str).encode()).hexdigest()[:12]
-
-
-# --- rendering --------------------------------------------------------------------------------
-
-_PER = (("step", "per step"), ("phase", "per step"), ("epoch", "per epoch"), ("iteration", "per iteration"), ("batch", "per batch"),
-        ("run", "per run"), ("total", "per run"), ("compile", "per run"), ("warmup", "per run"))
-_QUALITY = ("accuracy", "loss", "top1", "top5", "error", "diff")
-
-
-def metric_label(metric: str, unit: str) -> str:
-    """A header naming the unit and what one value covers, e.g. ``s per epoch`` or ``% (accuracy)``."""
-    if unit in ("s", "ms", "us", "min", "h"):
-        per = next((p for key, p in _PER if key in metric.lower()), "per run")
-        return f"{unit} {per}"
-    return unit or "value"
-
-
-def is_quality(row: Row) -> bool:
-    """Rows that measure the model (accuracy, loss), not the speed."""
-    return any(q in row.metric.lower() for q in _QUALITY)
-
-
-def _data_label(row: Row) -> str:
-    return {"standin": "stand-in data", "real": "real data"}.get(row.data, "no data set")
-
-
-def rows_table(rows: Sequence[Row], title: str = "") -> Table:
-    """One experiment's rows of one metric as a table: units and scope in every numeric header,
-    ratio against the baseline, the published value and ratio; quality values say stand-in data."""
-    if not rows:
-        raise ValueError("no rows to tabulate")
-    first = rows[0]
-    label = metric_label(first.metric, first.unit)
-    cols = ["variant", f"{first.metric} median ({label})", f"min ({label})", f"max ({label})", "repeats",
-            f"ratio vs {first.baseline} (x)" if first.baseline else "ratio (x)",
-            f"published ({label})", "published ratio (x)", "data"]
-    quality = is_quality(first)
-    table = Table(cols, title=title or f"{first.chapter} / {first.experiment}: {first.metric}",
-                  note=_note(first))
-    for r in rows:
-        if (r.metric, r.unit) != (first.metric, first.unit):
-            raise ValueError(f"rows_table takes one metric and unit; got {r.metric} {r.unit} and "
-                             f"{first.metric} {first.unit}")
-        median: Any = r.median
-        if quality and r.data == "standin":
-            median = f"{fmt_value(r.median)} (stand-in)"
-        table.add(r.variant, median, r.min, r.max, r.repeats, r.ratio, r.published, r.published_ratio,
-                  _data_label(r))
-    return table
-
-
-def fmt_value(value: float) -> str:
-    from .tables import fmt
-
-    return fmt(value)
-
-
-def _note(row: Row) -> str:
-    better = "lower is better" if row.lower_is_better else "higher is better"
-    parts = [f"{row.profile or '?'} profile", better]
-    if row.baseline:
-        parts.append(f"ratio > 1: better than {row.baseline}, measured in the same run")
-    if row.published_source:
-        parts.append(f"published: {row.published_source}")
-    if row.data == "standin":
-        parts.append("stand-in data: these values say nothing about the real data set" if is_quality(row)
-                     else "measured on stand-in data")
-    return "; ".join(parts)
-
-
-def group_rows(rows: Iterable[Row]) -> dict[tuple[str, str, str, str], list[Row]]:
-    """Rows grouped by (chapter, experiment, metric, unit), in the order they first appear."""
-    groups: dict[tuple[str, str, str, str], list[Row]] = {}
-    for r in rows:
-        groups.setdefault((r.chapter, r.experiment, r.metric, r.unit), []).append(r)
-    return groups
-
-
-def render_markdown(rows: Sequence[Row], heading_level: int = 3) -> str:
-    """Every experiment's tables as markdown, grouped by chapter and experiment."""
-    out = []
-    for (chapter, experiment, metric, _unit), group in group_rows(rows).items():
-        table = rows_table(group)
-        out += [f"{'#' * heading_level} {chapter} / {experiment}: {metric}", "", table.to_markdown(), "",
-                f"*{table.note}*", ""]
-    return "\n".join(out)
-
-
-def render_csv(rows: Sequence[Row], path: Path | str | None = None) -> str:
-    """Rows as a flat CSV (one line per row, fingerprint as the machine's id and hardware class)."""
-    cols = ["chapter", "experiment", "variant", "metric", "unit", "median", "min", "max", "repeats",
-            "lower_is_better", "baseline", "ratio", "published", "published_ratio", "published_source",
-            "profile", "data", "machine", "hardware", "torch", "time"]
-    table = Table(cols)
-    for r in rows:
-        table.add(r.chapter, r.experiment, r.variant, r.metric, r.unit, r.median, r.min, r.max, r.repeats,
-                  r.lower_is_better, r.baseline, r.ratio, r.published, r.published_ratio, r.published_source,
-                  r.profile, r.data, machine_key(r.fingerprint), hardware_class(r.fingerprint),
-                  r.versions.get("torch", ""), r.time)
-    text = table.to_csv()
-    if path is not None:
-        atomic_write_text(Path(path), text)
-    return text

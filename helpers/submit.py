@@ -8,7 +8,7 @@ that ``python -m helpers.pool`` reads. It holds the result rows (chapter, experi
 variant, metric, unit, median/min/max, repeats, ratios, published values, profile, data
 source, time) and the hardware fingerprint stored once (CPU model, cores, instruction
 sets, GPU names, library versions) under a salted machine id. User name, host name and
-every path are removed (``helpers.results.redact``), and the file is checked for them
+every path are removed (``helpers.privacy.redact``), and the file is checked for them
 before it is written.
 """
 
@@ -22,7 +22,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import results
+from . import files, privacy, results
 from .pool import SUBMISSION_FORMAT, SUBMISSION_VERSION
 from .results import Row
 
@@ -61,13 +61,13 @@ def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, 
     """The submission payload: fingerprints stored once, every string redacted."""
     if not rows:
         raise SubmitError("the run has no result rows to submit")
-    names = results.private_names() if names is None else names
+    names = privacy.private_names() if names is None else names
     fingerprints: list[dict[str, Any]] = []
     index: dict[str, int] = {}
     packed = []
     for r in rows:
         fp = dict(r.fingerprint)
-        fp.setdefault("machine_id", results.machine_id())
+        fp.setdefault("machine_id", privacy.machine_id())
         key = json.dumps(fp, sort_keys=True, default=str)
         if key not in index:
             index[key] = len(fingerprints)
@@ -86,7 +86,7 @@ def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, 
         "chapters": dict(sorted(chapters.items())),
         "fingerprints": fingerprints, "rows": packed,
     }
-    payload = results.redact(payload, names, all_paths=True)
+    payload = privacy.redact(payload, names, all_paths=True)
     leaks = find_leaks(json.dumps(payload), names)
     if leaks:  # redact() should have removed them: never write a file that still has one
         raise SubmitError(f"the submission would still contain {', '.join(leaks)}; not written")
@@ -95,14 +95,14 @@ def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, 
 
 def find_leaks(text: str, names: dict[str, str] | None = None) -> list[str]:
     """Which private things (user, host, home folder, an absolute path) occur in ``text``."""
-    names = results.private_names() if names is None else names
+    names = privacy.private_names() if names is None else names
     leaks = [k for k in ("home", "user", "host", "host_short")
              if names.get(k) and len(names[k]) >= 2 and k != "home"
-             and results.redact_text(text, {k: names[k]}, all_paths=False) != text]
+             and privacy.redact_text(text, {k: names[k]}, all_paths=False) != text]
     home = names.get("home", "")
     if home and home != "/" and home in text:
         leaks.append("home")
-    if results.redact_text(text, {}, all_paths=True) != text:
+    if privacy.redact_text(text, {}, all_paths=True) != text:
         leaks.append("a path")
     return leaks
 
@@ -129,7 +129,7 @@ def submit(source: Path | str | None = None, out: Path | str | None = None,
     machine = payload["machine_id"] if isinstance(payload["machine_id"], str) else "several"
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     target = Path(out) if out is not None else root / f"submission-{machine[:8]}-{stamp}.json"
-    results.atomic_write_text(target, json.dumps(payload, indent=1, sort_keys=True) + "\n")
+    files.atomic_write_text(target, json.dumps(payload, indent=1, sort_keys=True) + "\n")
     return target, payload
 
 
@@ -146,7 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     size = target.stat().st_size
     shown = target.name if target.parent.resolve() == results.results_dir().resolve() else target
-    print(f"wrote {results.redact_text(str(shown), all_paths=False)} ({size / 1024:.0f} KB) for machine "
+    print(f"wrote {privacy.redact_text(str(shown), all_paths=False)} ({size / 1024:.0f} KB) for machine "
           f"{payload['machine_id']}")
     print(payload["contents"])
     print("Send this file to the workshop organiser; they merge everyone's with "

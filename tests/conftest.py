@@ -94,7 +94,7 @@ def tiny_loaders():
     return data.make_loader(train, 32, train=True, seed=3), data.make_loader(test, 64, train=False)
 
 
-# A reader's model file for helpers.tune / tune_trial / tune_report (tests/test_tune*.py): one
+# A reader's model file for helpers.tune and its trial and report modules (tests/tune/): one
 # non-image model (``build``), an image model, and functions that are wrong in each way the
 # tuner must name (a 3-tuple, no Module, a function that never returns).
 SEQ_MODEL = '''
@@ -139,3 +139,73 @@ def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "seq_model.py"
     path.write_text(SEQ_MODEL)
     return path
+
+
+# One machine's result rows, as helpers.submit packs them and helpers.pool pools them
+# (tests/test_submit.py, tests/test_pool.py): synthetic machines, with the private names of a
+# made-up user ("alice") left where a careless notebook might leave them.
+FAKE_NAMES = {"home": "/home/alice", "user": "alice", "host": "alice-laptop.example.org", "host_short": "alice-laptop"}
+
+
+@pytest.fixture()
+def fake_names() -> dict[str, str]:
+    """The private names (as ``helpers.privacy.private_names`` gives them) of a made-up user."""
+    return dict(FAKE_NAMES)
+
+
+def _fingerprint(i, cores, amx=False, gpu=None):
+    return {"cpu_model": f"Test CPU {i}", "sockets": 1, "physical_cores": cores, "logical_cores": 2 * cores,
+            "numa_nodes": 1, "bf16": {"avx2": True, "avx512": i > 0, "native_bf16": i > 0, "amx": amx},
+            "accelerators": [gpu] if gpu else [], "openmp": ["libgomp.so.1"],
+            "versions": {"torch": "2.8.0"}, "machine_id": f"{i:x}" * 16}
+
+
+@pytest.fixture()
+def fingerprint():
+    """``fingerprint(i, cores, amx=False, gpu=None)``: machine ``i``'s fingerprint (machine id ``f"{i:x}" * 16``)."""
+    return _fingerprint
+
+
+@pytest.fixture()
+def synthetic_rows(fake_names):
+    """``synthetic_rows(i, cores, amx=False, gpu=None, slow=1.0, noisy=False)``: machine ``i``'s rows of
+    two experiments (02/batch_size epoch_time over 8 rounds, b32 at 2 s and b256 at ``slow`` s; accuracy
+    in one round), each row carrying a private path and user name in ``extra``."""
+    from helpers import results
+
+    def make(i, cores, amx=False, gpu=None, slow=1.0, noisy=False):
+        fp = _fingerprint(i, cores, amx, gpu)
+        # 8 interleaved rounds: a steady machine scales both variants alike in every round; on the noisy
+        # one the rounds disturb the two variants in opposite directions (the verdict cannot call it)
+        drift = [1.0, 0.98, 1.02, 1.0, 0.98, 1.02, 1.0, 1.0]
+        if noisy:
+            b32 = [2.0 + d for d in (0, -0.9, 0.9, 0, -0.9, 0.9, 0, 0)]
+            b256 = [slow + d for d in (0, 0.9, -0.9, 0, 0.9, -0.9, 0, 0)]
+        else:
+            b32, b256 = [2.0 * d for d in drift], [slow * d for d in drift]
+        rows = results.make_rows("02", "batch_size", {"b32": b32, "b256": b256},
+                                 metric="epoch_time", unit="s", baseline="b32", published={"b32": 10.0, "b256": 4.0},
+                                 published_source="book ch. 2", fingerprint=fp, profile="workshop", data="standin")
+        rows += results.make_rows("02", "batch_size", {"b32": [80.0], "b256": [78.0]}, metric="accuracy", unit="%",
+                                  baseline="b32", lower_is_better=False, fingerprint=fp, profile="workshop",
+                                  data="standin")
+        for r in rows:  # what a careless notebook might leave in a row
+            r.extra = {"log": f"{fake_names['home']}/course/results/x.log", "who": fake_names["user"]}
+        return rows
+
+    return make
+
+
+@pytest.fixture()
+def write_submission(tmp_path, fake_names):
+    """``write_submission(name, rows)``: ``helpers.submit.pack(rows, fake_names)`` written to ``tmp_path / name``."""
+    import json
+
+    from helpers import submit
+
+    def write(name, rows):
+        path = tmp_path / name
+        path.write_text(json.dumps(submit.pack(rows, fake_names)))
+        return path
+
+    return write

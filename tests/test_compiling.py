@@ -47,16 +47,6 @@ def test_graph_breaks_are_counted():
     assert clean["breaks"] == 0 and clean["graphs"] == 1
 
 
-def test_compiled_regions_in_profile():
-    model = torch.compile(tiny(), backend="eager")
-    model(X)
-    with torch.profiler.profile() as prof:
-        model(X)
-    table = compiling.compiled_regions(prof)
-    assert len(table) >= 1 and all("ompiled" in row["event"] for row in table.as_dicts())
-    torch._dynamo.reset()
-
-
 def test_cudagraphs_on_cpu_is_noted_not_printed(capfd):
     out = compiling.time_training_steps(tiny, X, Y, backend="cudagraphs", steps=1, warmup=0)
     assert out.ok and "cudagraphs not applied" in out.note and "cpu" in out.note

@@ -58,16 +58,17 @@ def test_more_ranks_than_cores_is_refused_once_before_launch():
         L.check_ranks(CORES + 1)
     with pytest.raises(DistributedSetupError, match="must be at least 1"):
         L.check_ranks(0)
-    L.check_ranks(CORES)
-    L.check_ranks(CORES + 1, device="cuda")  # GPU ranks are not pinned to cores
+    assert L.check_ranks(CORES) is None  # as many ranks as cores: allowed
+    assert L.check_ranks(CORES + 1, device="cuda") is None  # GPU ranks are not pinned to cores
     with pytest.raises(DistributedSetupError, match=r"\(2 nodes x"):
         L.check_ranks(CORES, nodes_per_host=2)
     # the command builders check too: a 3-rank request on 2 cores never starts torchrun
     with pytest.raises(DistributedSetupError, match="physical cores"):
         L.torchrun_command(CORES + 1, ["--epochs", "1"])
-    L.torchrun_command(CORES + 1, ["--no-pin"])
-    L.torchrun_command(CORES + 1, ["--device", "cuda"])
-    L.torchrun_command(CORES + 1, ["--epochs", "1"], check=False)
+    # ... but sharing cores knowingly, GPU ranks and check=False build the line, for every rank asked for
+    for args, check in ((["--no-pin"], True), (["--device", "cuda"], True), (["--epochs", "1"], False)):
+        cmd = L.torchrun_command(CORES + 1, args, check=check)
+        assert f"--nproc-per-node={CORES + 1}" in cmd and cmd[-len(args):] == args, (args, cmd)
 
 
 def test_mpirun_command(monkeypatch):

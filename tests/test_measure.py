@@ -2,7 +2,6 @@ import time
 
 import pytest
 import torch
-from torch import nn
 
 from helpers import measure
 
@@ -40,26 +39,6 @@ def test_speedup_table_ratio():
         measure.speedup_table([base, measure.Result("other", [1.0])])
 
 
-def test_training_step_flops_linear():
-    model = nn.Linear(8, 4, bias=False)
-    x, y = torch.randn(16, 8), torch.randint(0, 4, (16,))
-    flops = measure.training_step_flops(model, x, y, nn.CrossEntropyLoss())
-    # forward 2*16*8*4; backward: grad of weight only (input needs no grad) 2*16*8*4
-    assert flops == 2 * (2 * 16 * 8 * 4)
-    assert model.weight.grad is None
-
-
-def test_phase_times():
-    model = nn.Sequential(nn.Flatten(), nn.Linear(784, 10))
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
-    phases = measure.phase_times(model, x, y, nn.CrossEntropyLoss(), opt, steps=3, warmup=1)
-    assert list(phases) == ["forward", "loss", "backward", "update"]
-    assert all(p.n == 3 and p.median > 0 for p in phases.values())
-    with pytest.raises(ValueError):
-        measure.phase_times(model, x, y, nn.CrossEntropyLoss(), opt, steps=0)
-
-
 def test_loader_time_counts_images():
     loader = [(torch.zeros(4, 2), None)] * 3
     res = measure.loader_time(loader, epochs=2, warmup=1, name="list")
@@ -69,24 +48,6 @@ def test_loader_time_counts_images():
     assert capped.metrics["images_per_s"] == pytest.approx(4 / capped.stats.median)
     with pytest.raises(ValueError):
         measure.loader_time(loader, epochs=0)
-
-
-def test_matmul_peak_is_the_best_repeat_in_its_mode(monkeypatch):
-    import torch
-
-    timed = []
-    real_time_fn = measure.time_fn
-    monkeypatch.setattr(measure, "time_fn", lambda *a, **kw: timed.append(real_time_fn(*a, **kw)) or timed[-1])
-    peak = measure.matmul_peak("cpu", "fp32", n=128, repeats=3)
-    assert peak and peak.mode == "fp32" and peak.repeats == 3 and len(timed[0].samples) == 3
-    assert peak.flops == pytest.approx(2 * 128**3 / timed[0].stats.minimum)
-    # the best (shortest) repeat decides, not the median
-    monkeypatch.setattr(measure, "time_fn", lambda fn, **kw: measure.Result("mm", [0.4, 0.1, 0.2]))
-    assert measure.matmul_peak("cpu", "fp32", n=100).flops == pytest.approx(2 * 100 ** 3 / 0.1)
-    with pytest.raises(ValueError, match="unknown math mode"):
-        measure.matmul_peak("cpu", "int4")
-    assert measure.math_mode("cpu", torch.float32) == "fp32"
-    assert not measure.MatmulPeak(0.0, "fp32")
 
 
 # ---- the one comparison rule ----------------------------------------------------------

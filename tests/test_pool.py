@@ -1,3 +1,6 @@
+"""Tests of helpers.pool: pooling submissions and rows files of many machines into one index. The
+synthetic machines (fingerprint, synthetic_rows, write_submission) are fixtures in conftest.py."""
+
 import json
 import os
 
@@ -5,44 +8,6 @@ import nbformat
 import pytest
 
 from helpers import pool, reproduce, results, submit
-
-NAMES = {"home": "/home/alice", "user": "alice", "host": "alice-laptop.example.org", "host_short": "alice-laptop"}
-
-
-def fingerprint(i, cores, amx=False, gpu=None):
-    return {"cpu_model": f"Test CPU {i}", "sockets": 1, "physical_cores": cores, "logical_cores": 2 * cores,
-            "numa_nodes": 1, "bf16": {"avx2": True, "avx512": i > 0, "native_bf16": i > 0, "amx": amx},
-            "accelerators": [gpu] if gpu else [], "openmp": ["libgomp.so.1"],
-            "versions": {"torch": "2.8.0"}, "machine_id": f"{i:x}" * 16}
-
-
-def synthetic_rows(i, cores, amx=False, gpu=None, slow=1.0, noisy=False):
-    fp = fingerprint(i, cores, amx, gpu)
-    # 8 interleaved rounds: a steady machine scales both variants alike in every round; on the noisy
-    # one the rounds disturb the two variants in opposite directions (the verdict cannot call it)
-    drift = [1.0, 0.98, 1.02, 1.0, 0.98, 1.02, 1.0, 1.0]
-    if noisy:
-        b32 = [2.0 + d for d in (0, -0.9, 0.9, 0, -0.9, 0.9, 0, 0)]
-        b256 = [slow + d for d in (0, 0.9, -0.9, 0, 0.9, -0.9, 0, 0)]
-    else:
-        b32, b256 = [2.0 * d for d in drift], [slow * d for d in drift]
-    rows = results.make_rows("02", "batch_size", {"b32": b32, "b256": b256},
-                             metric="epoch_time", unit="s", baseline="b32", published={"b32": 10.0, "b256": 4.0},
-                             published_source="book ch. 2", fingerprint=fp, profile="workshop", data="standin")
-    rows += results.make_rows("02", "batch_size", {"b32": [80.0], "b256": [78.0]}, metric="accuracy", unit="%",
-                              baseline="b32", lower_is_better=False, fingerprint=fp, profile="workshop",
-                              data="standin")
-    for r in rows:  # what a careless notebook might leave in a row
-        r.extra = {"log": f"{NAMES['home']}/course/results/x.log", "who": NAMES["user"]}
-    return rows
-
-
-def write_submission(tmp_path, name, rows):
-    payload = submit.pack(rows, NAMES)
-    path = tmp_path / name
-    path.write_text(json.dumps(payload))
-    return path
-
 
 def real_smoke_run(tmp_path, monkeypatch):
     """A real (tiny) make-reproduce run: a notebook that measures and appends rows via COURSE_RESULTS."""
@@ -66,11 +31,11 @@ def real_smoke_run(tmp_path, monkeypatch):
     return run
 
 
-def test_pool_three_synthetic_submissions_and_a_real_smoke_run(tmp_path, monkeypatch):
-    subs = [write_submission(tmp_path, "submission-a.json", synthetic_rows(1, 2)),
-            write_submission(tmp_path, "submission-b.json", synthetic_rows(2, 8, amx=True, slow=0.5)),
-            write_submission(tmp_path, "submission-c.json", synthetic_rows(3, 16, gpu="NVIDIA H100", slow=1.9,
-                                                                           noisy=True))]
+def test_pool_three_synthetic_submissions_and_a_real_smoke_run(tmp_path, monkeypatch, synthetic_rows,
+                                                               write_submission):
+    subs = [write_submission("submission-a.json", synthetic_rows(1, 2)),
+            write_submission("submission-b.json", synthetic_rows(2, 8, amx=True, slow=0.5)),
+            write_submission("submission-c.json", synthetic_rows(3, 16, gpu="NVIDIA H100", slow=1.9, noisy=True))]
     run = real_smoke_run(tmp_path, monkeypatch)
     real_sub, payload = submit.submit(run, out=tmp_path / "submission-real.json")
     assert payload["version"] == pool.SUBMISSION_VERSION and payload["rows"]
@@ -96,12 +61,12 @@ def test_pool_three_synthetic_submissions_and_a_real_smoke_run(tmp_path, monkeyp
     assert again == text
 
 
-def test_repeated_submissions_from_one_machine_merge(tmp_path):
-    first = write_submission(tmp_path, "submission-1.json", synthetic_rows(1, 2, slow=1.0))
+def test_repeated_submissions_from_one_machine_merge(tmp_path, synthetic_rows, write_submission):
+    first = write_submission("submission-1.json", synthetic_rows(1, 2, slow=1.0))
     rows2 = synthetic_rows(1, 2, slow=0.8)
     for r in rows2:
         r.time = "2030-01-01T00:00:00+00:00"
-    second = write_submission(tmp_path, "submission-2.json", rows2)
+    second = write_submission("submission-2.json", rows2)
     rows = pool.load([first, second, first])  # the same file twice counts once
     machines = pool.machines_of(rows)
     assert len(machines) == 1 and len(next(iter(machines.values())).runs) == 2
@@ -114,8 +79,8 @@ def test_repeated_submissions_from_one_machine_merge(tmp_path):
     assert "| 2 |" in text.split("## Comparisons")[0]  # runs merged column
 
 
-def test_unknown_versions_and_bad_inputs(tmp_path, capsys):
-    sub = write_submission(tmp_path, "submission-a.json", synthetic_rows(1, 2))
+def test_unknown_versions_and_bad_inputs(tmp_path, capsys, synthetic_rows, write_submission):
+    sub = write_submission("submission-a.json", synthetic_rows(1, 2))
     payload = json.loads(sub.read_text())
     payload["version"] = 7
     (tmp_path / "future.json").write_text(json.dumps(payload))
@@ -133,10 +98,10 @@ def test_unknown_versions_and_bad_inputs(tmp_path, capsys):
         pool.write_index([], tmp_path / "P")
 
 
-def test_find_inputs_takes_rows_files_and_submissions(tmp_path):
+def test_find_inputs_takes_rows_files_and_submissions(tmp_path, synthetic_rows, write_submission):
     rows = synthetic_rows(1, 2)
     results.write_rows(rows, tmp_path / "run" / "deep" / results.ROWS_FILE)
-    sub = write_submission(tmp_path, "submission-a.json", rows)
+    sub = write_submission("submission-a.json", rows)
     (tmp_path / "notes.json").write_text("{}")  # neither a rows file nor a submission: not read
     assert pool.find_inputs(tmp_path) == sorted([sub, tmp_path / "run" / "deep" / results.ROWS_FILE])
     assert pool.find_inputs(tmp_path / "notes.json") == [tmp_path / "notes.json"]  # a file named is taken as it is
@@ -147,7 +112,7 @@ def test_find_inputs_takes_rows_files_and_submissions(tmp_path):
         pool.find_inputs(tmp_path / "empty")
 
 
-def test_machine_and_lever_tables_and_the_lever_figure(tmp_path):
+def test_machine_and_lever_tables_and_the_lever_figure(tmp_path, fingerprint, synthetic_rows):
     rows = synthetic_rows(1, 2) + synthetic_rows(2, 8, amx=True, slow=0.5)
     machines = pool.machines_of(rows)
     table = pool.machines_table(machines)

@@ -1,4 +1,3 @@
-import dataclasses
 import json
 
 import pytest
@@ -77,35 +76,8 @@ def test_unknown_version_and_bad_lines(tmp_path):
         results.row_from_dict({"version": results.SCHEMA_VERSION, "chapter": "01"})
 
 
-def test_hardware_class_and_machine_key():
-    assert results.hardware_class(FP) == "CPU 4 cores, AVX-512"
-    assert results.isa_class({"bf16": {"amx": True}}) == "AMX"
-    assert results.isa_class({}) == "unknown ISA"
-    assert results.hardware_class({"accelerators": ["NVIDIA H100", "NVIDIA H100"]}) == "2x NVIDIA H100"
-    assert results.machine_key({"machine_id": "abc"}) == "abc"
-    assert results.machine_key(FP) == results.machine_key(dict(FP)) and results.machine_key(FP).startswith("hw-")
 
 
-def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path):
-    assert results.metric_label("epoch_time", "s") == "s per epoch"
-    assert results.metric_label("step_time", "ms") == "ms per step"
-    assert results.metric_label("compile_time", "s") == "s per run"
-    assert results.metric_label("throughput", "images/s") == "images/s"
-    r = rows()
-    t = results.rows_table(r[:2])
-    assert t.columns[1] == "epoch_time median (s per epoch)" and "min (s per epoch)" in t.columns
-    assert all("(" in c for c in t.columns[1:4] + t.columns[5:8])
-    acc = results.rows_table(r[2:])
-    assert acc.column("accuracy median (%)") == ["80.00 (stand-in)", "70.00 (stand-in)"]
-    assert "stand-in" in acc.note
-    with pytest.raises(ValueError, match="one metric"):
-        results.rows_table(r[1:3])
-    md = results.render_markdown(r)
-    assert md.count("### 02 / batch") == 2 and "(stand-in)" in md
-    csv_text = results.render_csv(r, tmp_path / "rows.csv")
-    lines = csv_text.splitlines()
-    assert lines[0].startswith("chapter,experiment,variant,metric,unit,median") and len(lines) == 5
-    assert (tmp_path / "rows.csv").read_bytes() == csv_text.encode() and "CPU 4 cores" in lines[1]
 
 
 def test_append_rows_from_parallel_processes_keeps_every_row(tmp_path):
@@ -141,17 +113,3 @@ def test_results_dir_is_the_env_or_the_projects_results_folder(tmp_path, monkeyp
     (tmp_path / "loose").mkdir()
     monkeypatch.chdir(tmp_path / "loose")  # no project above (tmp_path is outside the clone)
     assert results.results_dir() == (tmp_path / "loose").resolve() / "results"
-
-
-def test_quality_rows_value_format_and_grouping():
-    r = rows()
-    assert [results.is_quality(x) for x in r] == [False, False, True, True]
-    for metric in ("val_loss", "Top1", "max_abs_diff", "error_rate"):
-        assert results.is_quality(dataclasses.replace(r[0], metric=metric))
-    assert [results.fmt_value(v) for v in (2.0, 0.975, 1234.0, 1.234e-4)] == ["2.000", "0.975", "1,234", "1.2340e-04"]
-    other = results.make_rows("01", "loader", {"w0": [1.0]}, metric="epoch_time", unit="s", fingerprint=FP,
-                              profile="smoke", data="none")
-    groups = results.group_rows([r[0], other[0], r[2], r[1], r[3]])
-    assert list(groups) == [("02", "batch", "epoch_time", "s"), ("01", "loader", "epoch_time", "s"),
-                            ("02", "batch", "accuracy", "%")]  # in the order they first appear
-    assert [x.variant for x in groups[("02", "batch", "epoch_time", "s")]] == ["b32", "b256"]

@@ -1,6 +1,7 @@
 """Tests of helpers.submit: packing one machine's rows for a workshop organiser -- nothing private
 reaches the file (user, host, paths), fingerprints are stored once, the latest run is found, and
-the command line. Pooling submissions: test_pool.py."""
+the command line. Pooling submissions: test_pool.py. The synthetic machines (fake_names,
+fingerprint, synthetic_rows, write_submission) are fixtures in conftest.py."""
 
 import json
 import os
@@ -11,59 +12,25 @@ import pytest
 
 from helpers import pool, privacy, results, submit
 
-NAMES = {"home": "/home/alice", "user": "alice", "host": "alice-laptop.example.org", "host_short": "alice-laptop"}
-
-
-def fingerprint(i, cores, amx=False, gpu=None):
-    return {"cpu_model": f"Test CPU {i}", "sockets": 1, "physical_cores": cores, "logical_cores": 2 * cores,
-            "numa_nodes": 1, "bf16": {"avx2": True, "avx512": i > 0, "native_bf16": i > 0, "amx": amx},
-            "accelerators": [gpu] if gpu else [], "openmp": ["libgomp.so.1"],
-            "versions": {"torch": "2.8.0"}, "machine_id": f"{i:x}" * 16}
-
-
-def synthetic_rows(i, cores, amx=False, gpu=None, slow=1.0):
-    """Two experiments' rows of one machine, with private names where a careless notebook might leave them
-    (the steady case of test_pool.py's synthetic_rows)."""
-    fp = fingerprint(i, cores, amx, gpu)
-    drift = [1.0, 0.98, 1.02, 1.0, 0.98, 1.02, 1.0, 1.0]
-    b32, b256 = [2.0 * d for d in drift], [slow * d for d in drift]
-    rows = results.make_rows("02", "batch_size", {"b32": b32, "b256": b256},
-                             metric="epoch_time", unit="s", baseline="b32", published={"b32": 10.0, "b256": 4.0},
-                             published_source="book ch. 2", fingerprint=fp, profile="workshop", data="standin")
-    rows += results.make_rows("02", "batch_size", {"b32": [80.0], "b256": [78.0]}, metric="accuracy", unit="%",
-                              baseline="b32", lower_is_better=False, fingerprint=fp, profile="workshop",
-                              data="standin")
-    for r in rows:  # what a careless notebook might leave in a row
-        r.extra = {"log": f"{NAMES['home']}/course/results/x.log", "who": NAMES["user"]}
-    return rows
-
-
-def write_submission(tmp_path, name, rows):
-    payload = submit.pack(rows, NAMES)
-    path = tmp_path / name
-    path.write_text(json.dumps(payload))
-    return path
-
-
-def test_submission_leaks_no_user_host_or_path(tmp_path):
+def test_submission_leaks_no_user_host_or_path(fake_names, synthetic_rows, write_submission):
     rows = synthetic_rows(1, 2)
     rows[0].fingerprint = {**rows[0].fingerprint, "note": "built by alice on alice-laptop in /home/alice/x",
                            "cwd": "/work/course"}
-    payload = submit.pack(rows, NAMES)
+    payload = submit.pack(rows, fake_names)
     text = json.dumps(payload)
     for secret in ("alice", "alice-laptop", "/home", "/work/course", "x.log"):
         assert secret not in text, secret
-    assert submit.find_leaks(text, NAMES) == []
-    assert set(submit.find_leaks("alice was in /tmp/x", NAMES)) == {"user", "a path"}
+    assert submit.find_leaks(text, fake_names) == []
+    assert set(submit.find_leaks("alice was in /tmp/x", fake_names)) == {"user", "a path"}
     assert "No user name, host name or path" in payload["contents"]
     assert len(payload["fingerprints"]) == 2 and payload["rows"][0]["fingerprint"] == 0
-    back = pool.read_submission(write_submission(tmp_path, "submission-x.json", rows))
+    back = pool.read_submission(write_submission("submission-x.json", rows))
     assert [(r.variant, r.metric, r.median) for r in back] == [(r.variant, r.metric, r.median) for r in rows]
     with pytest.raises(submit.SubmitError, match="no result rows"):
-        submit.pack([], NAMES)
+        submit.pack([], fake_names)
 
 
-def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch):
+def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch, fingerprint):
     """On this machine, with its real user, host and paths: none of them reaches the file."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     root = tmp_path / "results"
@@ -90,7 +57,7 @@ def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch):
     assert str(tmp_path) not in proc.stdout
 
 
-def test_rows_file_takes_a_run_folder_a_rows_file_or_the_latest(tmp_path):
+def test_rows_file_takes_a_run_folder_a_rows_file_or_the_latest(tmp_path, synthetic_rows):
     root = tmp_path / "results"
     rows = synthetic_rows(1, 2)
     results.write_rows(rows, root / "run-a" / results.ROWS_FILE)
@@ -109,7 +76,7 @@ def test_rows_file_takes_a_run_folder_a_rows_file_or_the_latest(tmp_path):
         submit.rows_file(tmp_path / "empty", root)
 
 
-def test_describe_counts_rows_and_experiments():
+def test_describe_counts_rows_and_experiments(synthetic_rows):
     rows = synthetic_rows(1, 2)
     text = submit.describe(rows)
     assert text.startswith("4 result rows (1 experiments: 02/batch_size; profile workshop; data standin). ")
@@ -119,7 +86,7 @@ def test_describe_counts_rows_and_experiments():
     assert "(13 experiments: 00/x, 01/x," in submit.describe(many) and "11/x, ...;" in submit.describe(many)
 
 
-def test_main_writes_the_file_and_reports_errors_in_one_line(tmp_path, monkeypatch, capsys):
+def test_main_writes_the_file_and_reports_errors_in_one_line(tmp_path, monkeypatch, capsys, synthetic_rows):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the machine salt goes to a temporary cache
     root = tmp_path / "results"
     monkeypatch.setenv("COURSE_RESULTS", str(root))

@@ -1,6 +1,6 @@
 """One tuning trial: a reader's model trained for a few steps with a set of levers, timed.
 
-``helpers.tune`` runs every trial in a child process, ``python -m helpers.tune_trial``, a child
+``helpers.tune`` runs every trial in a child process, ``python -m helpers.tune.trial``, a child
 of the course's one runner (``helpers.children``): OpenMP reads its settings at start-up, and a
 compile cannot be interrupted in-process, so the parent kills the child's process group when
 a trial overruns. Each JSON request line is one trial on a fresh seeded model; the answer is
@@ -33,17 +33,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-if __name__ == "__main__":  # a trial's own process (python -m helpers.tune_trial), not an import
-    from .startup import import_frozen
+if __name__ == "__main__":  # a trial's own process (python -m helpers.tune.trial), not an import
+    from ..startup import import_frozen
 
     import_frozen("torch")  # starts sooner (see helpers.startup)
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from . import devices
-from .seeds import set_seed
-from .training import train_step
+from .. import devices
+from ..seeds import set_seed
+from ..training import train_step
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -193,7 +193,7 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
         opt = _rebuild_optimizer(opt, levers["optimizer"])
     dtype = AUTOCAST_DTYPES.get(levers.get("autocast", ""))
     if levers.get("ipex"):
-        from . import ipex_support  # noqa: PLC0415
+        from .. import ipex_support  # noqa: PLC0415
 
         model, opt = ipex_support.optimize(model, opt, dtype=torch.bfloat16 if dtype == torch.bfloat16 else None)
     step_model = model
@@ -262,14 +262,14 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
 
 def main() -> int:
     """Child-process entry point (``helpers.children`` protocol): one trial per request line."""
-    from .children import serve  # noqa: PLC0415
+    from ..children import serve  # noqa: PLC0415
 
     serve(handle)
     return 0
 
 
 if __name__ == "__main__":
-    from .startup import exit_without_collection
+    from ..startup import exit_without_collection
 
     exit_code = main()
     exit_without_collection()

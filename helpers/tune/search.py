@@ -3,7 +3,7 @@
 ``python -m helpers.tune --model FILE.py:FUNC [--device auto] [--planned-steps N] [--budget S] --out DIR``
 (or ``make tune MODEL=FILE.py:FUNC``). ``FUNC()`` returns ``(model, inputs, targets, loss_fn)``
 or the same with a fifth item ``make_optimizer(params)`` (Adam, lr 1e-3, by default); see
-``helpers.tune_trial`` for the details of one trial.
+``helpers.tune.trial`` for the details of one trial.
 
 Method (the course's protocol): every trial is a fresh seeded model in a child process with a
 hard timeout; warm-up (and compilation) is timed apart from steady steps; the device is
@@ -23,7 +23,7 @@ then measured again in interleaved rounds, each in its own long-lived child proc
 take turns; every round a fresh model), and ``helpers.measure.verdict`` decides. The tuner
 recommends the candidate only when the verdict is "faster"; otherwise it says to keep PyTorch's
 defaults on this machine and names the candidate as unconfirmed. Output: ``DIR/tune.json``, ``DIR/rows.jsonl`` (helpers.results rows),
-``DIR/tune.png`` and a table, plus the lines to apply the winner (``helpers.tune_report``).
+``DIR/tune.png`` and a table, plus the lines to apply the winner (``helpers.tune.report``).
 """
 
 from __future__ import annotations
@@ -39,8 +39,10 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
-from . import children, devices, measure, system, tune_report
-from .tune_trial import ModelSpecError, Workload, load_workload
+from .. import children, devices, measure, system
+from . import report as tune_report
+from .trial import ModelSpecError, Workload, load_workload
+
 
 FORMAT_VERSION = 2
 KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "ipex", "compile")
@@ -142,7 +144,7 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
 
 
 def _plan_ipex(device: torch.device, cands: list[dict[str, Any]], skip: Callable[..., None]) -> None:
-    from . import ipex_support  # noqa: PLC0415  (reads package metadata only)
+    from .. import ipex_support  # noqa: PLC0415  (reads package metadata only)
 
     status = ipex_support.status()
     if device.type != "cpu":
@@ -178,7 +180,7 @@ def child_env(levers: dict[str, Any], topo: system.Topology | None = None) -> di
 
 
 def _trial_command(levers: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-    return [sys.executable, "-m", "helpers.tune_trial"], child_env(levers)
+    return [sys.executable, "-m", "helpers.tune.trial"], child_env(levers)
 
 
 def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]:
@@ -195,7 +197,7 @@ def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]
 
 
 class ChildSession:
-    """The confirmation's processes: one long-lived ``helpers.tune_trial`` child per request."""
+    """The confirmation's processes: one long-lived ``helpers.tune.trial`` child per request."""
 
     def __init__(self, requests: dict[str, dict[str, Any]], timeout: float) -> None:
         self.requests, self.timeout = requests, timeout
@@ -430,6 +432,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     given ``runner`` is used for them too).
     Raises TuneError for a model spec, device or baseline the reader has to fix.
     """
+
     started = time.perf_counter() if started is None else started
     if planned_steps < 1 or budget <= 0 or guard_steps < 2 or repeats < 1:
         raise TuneError("planned_steps and budget must be positive, guard_steps >= 2 and repeats >= 1")
@@ -526,6 +529,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"\nwrote {Path(args.out) / 'tune.json'}, rows.jsonl and tune.png")
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,40 +1,22 @@
-"""Tests of helpers.tune_report: what the tuner shows and writes -- the confirmation sentence, the
+"""Tests of helpers.tune.report: what the tuner shows and writes -- the confirmation sentence, the
 trial table and figure, the lines that apply the winner, the result rows and files, the
 projection to another run length and the explanations. Most tests use a report written out by
-hand (its numbers are known exactly); one builds a report with helpers.tune and a stand-in runner."""
+hand (its numbers are known exactly); one builds a report with helpers.tune and a stand-in runner
+(``fake_runner``, tests/tune/conftest.py)."""
 
 from __future__ import annotations
 
 import json
 import math
-import time
 from pathlib import Path
 
 import pytest
 
-from helpers import results, tune, tune_report
+from helpers import results
+from helpers.tune import search as tune
+from helpers.tune import report as tune_report
 
 
-def fake_runner(step_ms: dict[str, float], fail: dict[str, str] | None = None, loss: dict[str, float] | None = None,
-                sleep: float = 0.0):
-    """A stand-in for the child process: step time per label, errors per label, guard loss per label
-    (the same as in test_tune.py)."""
-    calls = []
-
-    def run(request, timeout):
-        calls.append((request["levers"], timeout))
-        time.sleep(sleep)
-        name = tune.label(request["levers"])
-        if fail and name in fail:
-            return {"ok": False, "error": fail[name]}
-        ms = step_ms.get(name, 10.0)
-        return {"ok": True, "step_ms": ms, "spread_ms": 0.1 * ms, "samples_ms": [0.95 * ms, ms, 1.05 * ms],
-                "warmup_s": 0.5, "first_loss": 2.0, "guard_loss": (loss or {}).get(name, 1.0),
-                "batch_factor": int(request["levers"].get("batch", 1)), "batch_size": 32, "threads": 2,
-                "optimizer": "Adam"}
-
-    run.calls = calls
-    return run
 
 
 def trial(label, levers, step_ms, warmup_s=1.0, steps_left=90, **more):
@@ -221,7 +203,7 @@ def test_figure_draws_a_bar_per_trial_and_marks_failures() -> None:
 
 # --- another run length, break-even, explanations ----------------------------------------------
 
-def test_rescore_break_even_and_explain(model_file: Path) -> None:
+def test_rescore_break_even_and_explain(model_file: Path, fake_runner) -> None:
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=30, guard_steps=10,
                        runner=fake_runner({"baseline": 10.0, "opt:foreach": 8.0, "opt:fused": 12.0}), progress=False)
     base, foreach = report["trials"][0], report["trials"][1]

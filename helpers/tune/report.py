@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import results, system
-from .files import atomic_write_text
-from .tables import Table
+from .. import results, system
+from ..files import atomic_write_text
+from ..tables import Table
 
 
 def short_name(report: dict[str, Any]) -> str:

@@ -1,7 +1,7 @@
-"""Tests of helpers.tune_trial: loading a reader's model (``FILE.py:FUNC`` or ``package.module:FUNC``),
+"""Tests of helpers.tune.trial: loading a reader's model (``FILE.py:FUNC`` or ``package.module:FUNC``),
 checking what FUNC returns, one trial in this process, and the one-line errors a failing trial
-reports. The model file (``model_file``) is a fixture of conftest.py; the child process that runs
-trials is tested through helpers.tune in test_tune.py."""
+reports. The model file (``model_file``) is a fixture of tests/conftest.py; the child process that runs
+trials is tested through helpers.tune in test_search.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from helpers import tune_trial
+from helpers.tune import trial as tune_trial
 
 
 # --- loading a reader's model -------------------------------------------------------------
@@ -28,11 +28,11 @@ def test_load_function_and_checks(model_file: Path) -> None:
 
 
 def test_load_function_by_module_name_and_import_failures(tmp_path: Path) -> None:
-    assert tune_trial.load_function("helpers.tune_trial:default_optimizer") is tune_trial.default_optimizer
+    assert tune_trial.load_function("helpers.tune.trial:default_optimizer") is tune_trial.default_optimizer
     with pytest.raises(tune_trial.ModelSpecError, match="cannot import module 'no_such_course_module'"):
         tune_trial.load_function("no_such_course_module:build")
     with pytest.raises(tune_trial.ModelSpecError, match="has no ':FUNC' part"):
-        tune_trial.load_function("helpers.tune_trial")
+        tune_trial.load_function("helpers.tune.trial")
     broken = tmp_path / "broken.py"
     broken.write_text("raise ImportError('needs a package you do not have')\n")
     with pytest.raises(tune_trial.ModelSpecError, match="importing .*broken.py' failed: ImportError: needs a package"):

@@ -1,8 +1,9 @@
 """Tests of helpers.tune: one clear error, lever planning, the search (with a stand-in runner, so
 it is fast and deterministic), the budget, failing levers, the confirmation rounds, the
 child-process timeout and one real end-to-end search on a non-image model. Loading a model and
-one trial are tested in test_tune_trial.py, the report in test_tune_report.py; the model file
-(``model_file``) is a fixture of conftest.py."""
+one trial are tested in test_trial.py, the report in test_report.py; the model file
+(``model_file``) is a fixture of tests/conftest.py, the stand-in runner (``fake_runner``) one of
+tests/tune/conftest.py."""
 
 from __future__ import annotations
 
@@ -15,33 +16,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers import results, tune, tune_report, tune_trial
+from helpers import results
+from helpers.tune import search as tune
+from helpers.tune import report as tune_report
+from helpers.tune import trial as tune_trial
 
 
-def fake_runner(step_ms: dict[str, float], fail: dict[str, str] | None = None, loss: dict[str, float] | None = None,
-                sleep: float = 0.0):
-    """A stand-in for the child process: step time per label, errors per label, guard loss per label."""
-    calls = []
-
-    def run(request, timeout):
-        calls.append((request["levers"], timeout))
-        time.sleep(sleep)
-        name = tune.label(request["levers"])
-        if fail and name in fail:
-            return {"ok": False, "error": fail[name]}
-        ms = step_ms.get(name, 10.0)
-        return {"ok": True, "step_ms": ms, "spread_ms": 0.1 * ms, "samples_ms": [0.95 * ms, ms, 1.05 * ms],
-                "warmup_s": 0.5, "first_loss": 2.0, "guard_loss": (loss or {}).get(name, 1.0),
-                "batch_factor": int(request["levers"].get("batch", 1)), "batch_size": 32, "threads": 2,
-                "optimizer": "Adam"}
-
-    run.calls = calls
-    return run
 
 
 # --- one clear error -------------------------------------------------------------------------
 
-def test_tune_and_cli_give_one_clear_error(model_file: Path, tmp_path: Path, capsys) -> None:
+def test_tune_and_cli_give_one_clear_error(model_file: Path, tmp_path: Path, capsys, fake_runner) -> None:
     with pytest.raises(tune.TuneError, match="FUNC"):
         tune.tune(f"{model_file}:three", out=None, runner=fake_runner({}), progress=False)
     with pytest.raises(tune.TuneError, match="Unknown device"):
@@ -85,7 +70,7 @@ def test_make_trial_projects_total_and_guards_loss() -> None:
 
 # --- the search --------------------------------------------------------------------------------
 
-def test_search_combines_winners_and_records_failures(model_file: Path, tmp_path: Path) -> None:
+def test_search_combines_winners_and_records_failures(model_file: Path, tmp_path: Path, fake_runner) -> None:
     runner = fake_runner({"baseline": 10.0, "bf16": 5.0, "opt:fused": 8.0, "opt:foreach": 10.5,
                           "opt:fused + bf16": 4.0},
                          fail={"fp16": "RuntimeError: no fp16 kernel"}, loss={"opt:foreach": 1.9})
@@ -111,14 +96,14 @@ def test_search_combines_winners_and_records_failures(model_file: Path, tmp_path
     assert "torch.autocast(\"cpu\", dtype=torch.bfloat16)" in text and "fused=True" in text
 
 
-def test_baseline_wins_gives_speedup_one(model_file: Path) -> None:
+def test_baseline_wins_gives_speedup_one(model_file: Path, fake_runner) -> None:
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], budget=30,
                        runner=fake_runner({"baseline": 5.0, "opt:foreach": 6.0, "opt:fused": 7.0}), progress=False)
     assert report["best"]["levers"] == {} and report["best"]["speedup"] == 1.0
     assert "keep PyTorch's defaults on this machine" in tune_report.summary(report)
 
 
-def test_budget_is_respected(model_file: Path) -> None:
+def test_budget_is_respected(model_file: Path, fake_runner) -> None:
     runner = fake_runner({"baseline": 10.0}, sleep=0.4)
     start = time.perf_counter()
     report = tune.tune(f"{model_file}:build", kinds=["autocast", "optimizer", "batch"], budget=3.6,
@@ -137,7 +122,7 @@ def test_child_env_sets_the_thread_count() -> None:
     assert tune.child_env({"threads": 3}) == {"OMP_NUM_THREADS": "3"}
 
 
-def test_failing_baseline_is_one_clear_error(model_file: Path) -> None:
+def test_failing_baseline_is_one_clear_error(model_file: Path, fake_runner) -> None:
     with pytest.raises(tune.TuneError, match="baseline"):
         tune.tune(f"{model_file}:build", budget=10, runner=fake_runner({}, fail={"baseline": "boom"}), progress=False)
 
@@ -168,7 +153,7 @@ def test_end_to_end_non_image_model(model_file: Path, tmp_path: Path) -> None:
     assert (tmp_path / "e2e" / "tune.json").exists()
 
 
-def test_confirmation_rejects_a_search_fluke(model_file: Path, tmp_path: Path) -> None:
+def test_confirmation_rejects_a_search_fluke(model_file: Path, tmp_path: Path, fake_runner) -> None:
     """The candidate looked 25% faster in its one search trial; re-measured in interleaved rounds it
     is the baseline's equal: the tuner must keep the defaults and name the candidate as unconfirmed."""
     seen = {"opt:fused": 0}
@@ -197,7 +182,7 @@ def test_confirmation_rejects_a_search_fluke(model_file: Path, tmp_path: Path) -
     assert {"ratio", "low", "high", "word", "rounds"} <= set(saved["best"]["confirmed"])
 
 
-def test_confirmation_recommends_a_real_gain(model_file: Path) -> None:
+def test_confirmation_recommends_a_real_gain(model_file: Path, fake_runner) -> None:
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=60,
                        runner=fake_runner({"baseline": 10.0, "opt:fused": 7.0}), progress=False)
     conf = report["best"]["confirmed"]
@@ -205,7 +190,7 @@ def test_confirmation_recommends_a_real_gain(model_file: Path) -> None:
     assert math.isclose(report["best"]["speedup"], conf["ratio"]) and conf["low"] <= conf["ratio"] <= conf["high"]
 
 
-def test_too_few_rounds_or_too_small_a_budget_confirm_nothing(model_file: Path) -> None:
+def test_too_few_rounds_or_too_small_a_budget_confirm_nothing(model_file: Path, fake_runner) -> None:
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=60, confirm_rounds=3,
                        runner=fake_runner({"baseline": 10.0, "opt:fused": 7.0}), progress=False)
     conf = report["best"]["confirmed"]

@@ -1,0 +1,243 @@
+"""The DDP training loop of ``python -m helpers.distributed``, its checkpoint format, and the collectives it sends.
+
+* Every tensor handed to a collective is made by a function that takes the training device
+  and the collectives module (``handshake``, ``sum_across_ranks``, ``replica_fingerprints``,
+  ``evaluate_on_all_ranks``), in float32, so a unit test can call them with
+  ``torch.device("meta")`` and a recording stand-in and catch a CPU or float64 payload (nccl
+  and xccl refuse CPU tensors; Intel Arc has no float64).
+* ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, checkpoints written
+  by rank 0 (``checkpoint_state``: plain model state_dict without ``module.``, optimizer, CPU
+  and accelerator RNG, epoch/step, loss and data-wait statistics) that every rank resumes from
+  after a restart (``resume_from``).
+* ``warmup_lr``: with ``--scale-lr`` the learning rate is multiplied by the world size and
+  reached by a linear ramp over the first ``--warmup-epochs`` (Goyal et al. 2017, "Accurate,
+  Large Minibatch SGD": linear scaling with a gradual warm-up).
+* ``evaluate_on_all_ranks`` scores a shard of the test set on every rank and sums the counts,
+  so no rank waits in a collective while rank 0 works alone.
+
+The command line, the backend and the process group are ``helpers.distributed``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from .ranks import RankInfo
+
+CHECKPOINT_FORMAT = 2
+
+
+class StopTraining(Exception):
+    """Raised after ``--crash-at-step`` steps to simulate a lost rank (tests and chapter 08)."""
+
+
+# ----- collectives: every payload made on the training device, in float32 --------------------
+
+def handshake(rank: int, device: Any, comm: Any) -> Any:
+    """all_reduce(rank + 1) over the job: proves every rank joined (world 2 gives 3)."""
+    import torch
+
+    value = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
+    comm.all_reduce(value)
+    return value
+
+
+def sum_across_ranks(values: Sequence[float], device: Any, comm: Any) -> Any:
+    """Element-wise sum of ``values`` over all ranks (counts, loss sums), as a float32 tensor."""
+    import torch
+
+    total = torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
+    comm.all_reduce(total)
+    return total
+
+
+def replica_fingerprints(model: Any, device: Any, comm: Any) -> list[Any]:
+    """Every rank's per-parameter float32 sums; DDP replicas must produce identical ones."""
+    import torch
+
+    with torch.no_grad():
+        mine = torch.stack([p.detach().float().sum() for p in model.parameters()]).to(device)
+    gathered = [torch.empty_like(mine) for _ in range(comm.get_world_size())]
+    comm.all_gather(gathered, mine)
+    return gathered
+
+
+def wait_for_all(device: Any, comm: Any) -> None:
+    """Barrier (no payload); on GPUs name this rank's device so nccl does not guess it."""
+    if device.type in ("cuda", "xpu"):
+        comm.barrier(device_ids=[device.index])
+    else:
+        comm.barrier()
+
+
+# ----- checkpoints ----------------------------------------------------------------------------
+
+def rng_state(device: Any) -> dict[str, Any]:
+    """CPU and accelerator random-number state, to resume the same random stream."""
+    import torch
+
+    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "device_type": device.type, "device": None}
+    if device.type in ("cuda", "xpu"):
+        state["device"] = getattr(torch, device.type).get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: Any) -> None:
+    """Restore ``rng_state``; the accelerator part only on the same kind of device."""
+    import torch
+
+    torch.set_rng_state(state["cpu"])
+    if state.get("device") is not None and state.get("device_type") == device.type:
+        getattr(torch, device.type).set_rng_state(state["device"], device)
+
+
+def fresh_progress() -> dict[str, Any]:
+    """Where a new run starts: epoch 0, batch 0, and empty statistics."""
+    return {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "epoch_times": [], "epoch_losses": [],
+            "data_wait": [], "resumed_from": None}
+
+
+def checkpoint_state(model: Any, optimizer: Any, device: Any, progress: dict[str, Any]) -> dict[str, Any]:
+    """A portable checkpoint: ``model`` is the plain module's state_dict (no ``module.`` prefix),
+    loadable with ``load_state_dict`` into a model built without DDP."""
+    plain = getattr(model, "module", model)
+    keep = {k: v for k, v in progress.items() if k != "resumed_from"}
+    return {"format": CHECKPOINT_FORMAT, "model": plain.state_dict(), "optimizer": optimizer.state_dict(),
+            "rng": rng_state(device), **keep}
+
+
+def resume_from(path: str | Path, model: Any, optimizer: Any, device: Any) -> dict[str, Any]:
+    """Load a checkpoint written by ``checkpoint_state`` into the plain model and optimizer."""
+    from .checkpoints import CheckpointError, load_checkpoint
+
+    state = load_checkpoint(path)
+    try:
+        getattr(model, "module", model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        progress = {k: state[k] for k in ("epoch", "batch", "step")}
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer ({type(exc).__name__}). "
+                              "Delete it or use a different checkpoint path.") from None
+    set_rng_state(state["rng"], device)
+    out = fresh_progress()
+    out.update(progress)
+    for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
+        out[key] = state.get(key, out[key])
+    out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
+    out["resumed_from"] = [progress["epoch"], progress["batch"]]
+    return out
+
+
+# ----- the learning rate ----------------------------------------------------------------------
+
+def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
+    """The learning rate of optimizer step ``step`` (0-based) under a linear warm-up.
+
+    Goyal et al. 2017 ("Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour") scale the
+    learning rate with the global batch (``peak_lr = base_lr * k`` for k times the batch) and
+    reach it gradually: from ``base_lr`` at step 0, by equal increments, to ``peak_lr`` at step
+    ``warmup_steps``, then constant. ``warmup_steps <= 0`` means no warm-up. (The linear rule
+    was derived for SGD; for Adam, which this entry point uses, it is a heuristic: Adam's step
+    hardly depends on the gradient's scale, and a square-root rule is the one derived for it --
+    Malladi et al. 2022, "On the SDEs and Scaling Rules for Adaptive Gradient Algorithms".)
+    """
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return float(peak_lr)
+    return float(base_lr + (peak_lr - base_lr) * step / warmup_steps)
+
+
+def set_lr(optimizer: Any, lr: float) -> None:
+    """Set the learning rate of every parameter group of ``optimizer``."""
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+
+
+# ----- the training loop ----------------------------------------------------------------------
+
+def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, progress: dict[str, Any],
+              checkpoint: str | Path | None = None, checkpoint_every: int = 0, write: bool = True,
+              stop_after: int | None = None, lr_at: Callable[[int], float] | None = None) -> dict[str, Any]:
+    """Train the DDP-wrapped model; ``progress`` (from ``fresh_progress`` or ``resume_from``) is
+    updated in place and returned. ``write``: this rank writes the checkpoints (rank 0 only).
+    ``lr_at(step)``: the learning rate of each optimizer step, counted over the whole run
+    (a resumed run continues the schedule where the checkpoint left it)."""
+    import torch
+
+    from . import devices
+    from .checkpoints import save_checkpoint
+
+    loss_fn = torch.nn.CrossEntropyLoss()
+    non_blocking = device.type in ("cuda", "xpu")
+    calls = 0
+
+    def save(epoch: int, batch: int) -> None:
+        if checkpoint is not None and write:
+            save_checkpoint(checkpoint, checkpoint_state(ddp, optimizer, device,
+                                                         {**progress, "epoch": epoch, "batch": batch}))
+
+    first = progress["epoch"]
+    for epoch in range(first, epochs):
+        ddp.train()
+        loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same split on every rank
+        skip = progress["batch"] if epoch == first else 0
+        if not skip:
+            progress["loss_sum"] = 0.0
+        running = torch.zeros((), device=device)
+        batch, waited = skip, 0.0
+        devices.synchronize(device)
+        started = asked = time.perf_counter()
+        for inputs, targets in itertools.islice(iter(loader), skip, None):
+            waited += time.perf_counter() - asked
+            inputs = inputs.to(device, non_blocking=non_blocking)
+            targets = targets.to(device, non_blocking=non_blocking)
+            optimizer.zero_grad(set_to_none=True)
+            loss = loss_fn(ddp(inputs), targets)
+            loss.backward()  # DDP all-reduces the gradients during backward
+            if lr_at is not None:
+                set_lr(optimizer, lr_at(progress["step"]))
+            optimizer.step()
+            running += loss.detach().float()
+            batch += 1
+            progress["step"] += 1
+            calls += 1
+            if checkpoint_every and progress["step"] % checkpoint_every == 0:
+                progress["loss_sum"] += float(running)
+                running.zero_()
+                save(epoch, batch)
+            if stop_after is not None and calls >= stop_after:
+                raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
+            asked = time.perf_counter()
+        devices.synchronize(device)
+        progress["loss_sum"] += float(running)
+        progress["epoch_times"].append(time.perf_counter() - started)
+        progress["data_wait"].append(waited)
+        progress["epoch_losses"].append(progress["loss_sum"] / max(1, batch))
+        progress["epoch"], progress["batch"] = epoch + 1, 0
+        save(epoch + 1, 0)
+    return progress
+
+
+def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, float]:
+    """Each rank scores its share of the test set; the counts are summed over ranks."""
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    shard = Subset(test_set, range(info.rank, len(test_set), info.world_size))
+    correct = count = 0
+    loss = 0.0
+    model.eval()
+    with torch.no_grad():
+        for inputs, targets in DataLoader(shard, batch_size=512):
+            inputs, targets = inputs.to(device), targets.to(device)
+            out = model(inputs)
+            loss += float(torch.nn.functional.cross_entropy(out, targets, reduction="sum"))
+            correct += int((out.argmax(1) == targets).sum())
+            count += len(targets)
+    model.train()
+    c, n, total = sum_across_ranks([correct, count, loss], device, comm).tolist()
+    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n}
