@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from . import devices
-from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from .checkpoints import restore, save_checkpoint, training_state
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -120,33 +120,21 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
     loss_sum = 0.0
 
     if checkpoint is not None and resume and Path(checkpoint).exists():
-        state = load_checkpoint(checkpoint)
-        try:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise CheckpointError(
-                f"Checkpoint {checkpoint} does not fit this model/optimizer ({exc.__class__.__name__}). "
-                "Delete it or use a different checkpoint path."
-            ) from None
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"])
-        start_epoch, start_batch, global_step = state["epoch"], state["batch"], state["step"]
-        loss_sum = state.get("loss_sum", 0.0)
-        result.epoch_times = list(state.get("epoch_times", []))
-        result.epoch_losses = list(state.get("epoch_losses", []))
+        progress = restore(checkpoint, model, optimizer, scaler=scaler, device=device)
+        start_epoch, start_batch, global_step = progress["epoch"], progress["batch"], progress["step"]
+        loss_sum = progress["loss_sum"]
+        result.epoch_times = list(progress["epoch_times"])
+        result.epoch_losses = list(progress["epoch_losses"])
+        result.data_wait = list(progress["data_wait"])
         result.resumed_from = (start_epoch, start_batch)
 
     def snapshot(epoch: int, batch: int) -> None:
         if checkpoint is None or not write_checkpoints:
             return
-        save_checkpoint(checkpoint, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "rng": torch.get_rng_state(), "epoch": epoch, "batch": batch, "step": global_step,
-            "loss_sum": loss_sum, "epoch_times": result.epoch_times, "epoch_losses": result.epoch_losses,
-        })
+        save_checkpoint(checkpoint, training_state(model, optimizer, {
+            "epoch": epoch, "batch": batch, "step": global_step, "loss_sum": loss_sum,
+            "epoch_times": result.epoch_times, "epoch_losses": result.epoch_losses, "data_wait": result.data_wait,
+        }, scaler=scaler, device=device))
 
     try:
         steps_per_epoch = len(loader)  # type: ignore[arg-type]
