@@ -7,8 +7,8 @@ in the middle of an epoch, with the same data order, so an interrupted run ends 
 same weights as an uninterrupted one. Ctrl-C (or the notebook's interrupt button)
 finishes the current step and saves a checkpoint before stopping.
 
-Checkpoint files are ``helpers.checkpoints``; measuring variants with the course protocol
-is ``helpers.variants``.
+Each step is the course's one training step (``helpers.step.train_step``); checkpoint files
+are ``helpers.checkpoints``; measuring variants with the course protocol is ``helpers.variants``.
 """
 
 from __future__ import annotations
@@ -27,8 +27,7 @@ from torch import nn
 
 from . import devices
 from .checkpoints import restore, save_checkpoint, training_state
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+from .step import LossFn, train_step
 
 
 class StopTraining(Exception):
@@ -62,30 +61,6 @@ def set_loader_epoch(loader: Iterable, epoch: int, start: int) -> bool:
     except TypeError:  # e.g. DistributedSampler: no start argument
         sampler.set_epoch(epoch)
         return False
-
-
-def train_step(model: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer, loss_fn: LossFn,
-               inputs: torch.Tensor | tuple[torch.Tensor, ...], targets: torch.Tensor, *,
-               autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
-               device_type: str = "cpu") -> torch.Tensor:
-    """One training step, the course's one: clear gradients, forward and loss (under autocast when
-    ``autocast_dtype`` is given), backward, update (through ``scaler`` when given). Returns the loss.
-
-    ``model`` may be a compiled module; ``inputs`` a tensor or a tuple passed as ``model(*inputs)``.
-    ``train`` (and so every variant run), the DDP loop and the tuner's trials all step through it.
-    """
-    optimizer.zero_grad(set_to_none=True)
-    args = inputs if isinstance(inputs, tuple) else (inputs,)
-    with torch.autocast(device_type=device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        loss = loss_fn(model(*args), targets)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        loss.backward()
-        optimizer.step()
-    return loss
 
 
 def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
