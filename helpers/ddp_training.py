@@ -6,7 +6,7 @@
   ``torch.device("meta")`` and a recording stand-in and catch a CPU or float64 payload (nccl
   and xccl refuse CPU tensors; Intel Arc has no float64).
 * ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, the course's one
-  training step (``helpers.training.train_step``), checkpoints in the course's one format
+  training step (``helpers.step.train_step``), checkpoints in the course's one format
   (``helpers.checkpoints.training_state``: the plain model state_dict without ``module.``,
   optimizer, CPU and accelerator RNG, progress) written by rank 0, which every rank resumes
   from after a restart (``helpers.checkpoints.restore``).
@@ -106,7 +106,8 @@ def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any
 
     from . import devices
     from .checkpoints import save_checkpoint, training_state
-    from .training import StopTraining, train_step
+    from .step import train_step
+    from .training import StopTraining
 
     loss_fn = torch.nn.CrossEntropyLoss()
     non_blocking = device.type in ("cuda", "xpu")
