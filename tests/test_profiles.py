@@ -25,8 +25,9 @@ def test_data_source_defaults_and_override(monkeypatch):
     assert profiles.data_source() == "standin"
     monkeypatch.setenv("COURSE_PROFILE", "full")
     assert profiles.data_source() == "real"
+    assert profiles.data_source("smoke") == "standin" and profiles.data_source("Workshop") == "real"
     monkeypatch.setenv("COURSE_DATA", "standin")
-    assert profiles.data_source() == "standin"
+    assert profiles.data_source() == "standin" and profiles.data_source("full") == "standin"
     monkeypatch.setenv("COURSE_DATA", "imagenet")
     with pytest.raises(profiles.ProfileError, match="real, standin"):
         profiles.data_source()
