@@ -38,22 +38,25 @@ __all__ = ["NOT_RUNNABLE", "DeployError", "EngineResult", "ModelSpec", "build_mo
 NOT_RUNNABLE: dict[str, tuple[str, str]] = {
     "ONNX Runtime DirectML": (
         "DirectML is a Windows (DirectX 12) API: the onnxruntime-directml wheel is Windows only.",
-        "On Windows: pip install onnxruntime-directml, then python -m helpers.deploy --engines onnxruntime "
-        "--device gpu (it picks DmlExecutionProvider)."),
+        "On Windows, in the course environment: pip uninstall onnxruntime, then pip install onnxruntime-directml "
+        "(both wheels provide the same onnxruntime module and cannot be installed together), then "
+        "python -m helpers.deploy --model blog --engines onnxruntime --device gpu (it picks DmlExecutionProvider)."),
     "pytorch-directml": (
         "Windows/WSL only and frozen at PyTorch 1.8 (successor torch-directml also needs DirectX 12).",
-        "On Windows/WSL: pip install torch-directml, build the model on torch_directml.device() and time "
+        "On Windows/WSL, in a separate environment (torch-directml pins its own, older torch, which would replace "
+        "the course's 2.8): pip install torch-directml, build the model on torch_directml.device() and time "
         "forward passes with the same warm-up + median protocol."),
     "dlprimitives OpenCL backend": (
         "pytorch_dlprim has no PyPI wheel: it is built from source against a matching torch and an "
         "OpenCL driver.",
-        "Build pytorch_dlprim, load it, move the model to torch.device('ocl:0') and run "
-        "python -m helpers.bench --device ocl:0 once bench accepts it (or the blog's validate_network.py)."),
+        "Build pytorch_dlprim, load it, move the model to torch.device('ocl:0') and time the step with the "
+        "blog's own validate_network.py (helpers.bench knows cuda, xpu, mps and cpu, not ocl)."),
     "TensorFlow 2 / Keras": (
         "A second framework with its own models: not a PyTorch engine, and not in the course's environment.",
-        "In a separate TensorFlow environment: build the keras.applications model at the same input size and "
-        "batch, compile it with an optimizer and loss, and time model.train_on_batch(x, y) (a full training "
-        "step: forward, loss, gradients, update), warm-up apart, interleaved with the PyTorch step; compare ratios, not ms."),
+        "In a separate TensorFlow environment: keras.applications has no ResNet-18, so build it by hand (basic "
+        "blocks [2, 2, 2, 2]) or compare ResNet-50 on both sides; same input size and batch, compile it with an "
+        "optimizer and loss, and time model.train_on_batch(x, y) (a full training step: forward, loss, gradients, "
+        "update), warm-up apart, interleaved with the PyTorch step; compare ratios, not ms."),
 }
 
 

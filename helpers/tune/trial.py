@@ -52,6 +52,10 @@ class ModelSpecError(ValueError):
     """A ``FILE.py:FUNC`` that cannot be loaded, or a FUNC that returns the wrong thing."""
 
 
+class TuneError(RuntimeError):
+    """Something the reader can fix (bad model file, unknown device, failing baseline)."""
+
+
 @dataclass
 class Workload:
     """What ``FUNC()`` returned, checked."""
