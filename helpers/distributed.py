@@ -307,10 +307,10 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'fix your input or setup', reported as one message, not a traceback."""
-    from . import checkpoints, data, devices, profiles
+    from . import checkpoints, data, devices, run_sizes
 
     return (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError,
-            checkpoints.CheckpointError, profiles.ProfileError)
+            checkpoints.CheckpointError, run_sizes.ProfileError)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -32,7 +32,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from . import data, devices, files, privacy, profiles, report_rows, results, system
+from . import data, devices, files, privacy, report_rows, results, run_sizes, system
 from .children import Job
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
@@ -89,7 +89,7 @@ def fetch_datasets(source: str | None = None) -> list[str]:
     """With real data, make sure every course dataset is on disk (downloading it if needed)
     before any chapter runs; raises DatasetUnavailableError with what to do otherwise.
     Returns the names checked (none with the stand-in)."""
-    if (source or profiles.data_source()) != "real":
+    if (source or run_sizes.data_source()) != "real":
         return []
     for name in data.SPECS:
         for train in (True, False):
@@ -273,9 +273,9 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     The notebooks' kernels get ``COURSE_PROFILE=profile``, ``COURSE_RESULTS=<run folder>`` and
     ``TQDM_DISABLE=1`` (unless set); this process's ``os.environ`` is left as it was."""
     profile = profile.strip().lower()
-    if profile not in profiles.PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(profiles.PROFILES)}")
-    source_data = profiles.data_source(profile)
+    if profile not in run_sizes.PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(run_sizes.PROFILES)}")
+    source_data = run_sizes.data_source(profile)
     root = root.resolve()
     if resume:
         folder = _resume_folder(root, resume, profile)
@@ -333,8 +333,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m helpers.reproduce", description=__doc__.splitlines()[0])
-    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or profiles.DEFAULT_PROFILE,
-                   type=str.lower, choices=profiles.PROFILES)
+    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or run_sizes.DEFAULT_PROFILE,
+                   type=str.lower, choices=run_sizes.PROFILES)
     p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
     p.add_argument("--out", default="results", help="folder for the timestamped runs")
     p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")

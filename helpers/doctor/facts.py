@@ -198,7 +198,7 @@ def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 
     except Exception as exc:
         facts["torch"] = {"error": f"{type(exc).__name__}: {exc}"}
         return facts
-    from .. import profiles, system
+    from .. import run_sizes, system
 
     facts["fingerprint"] = system.fingerprint()
     facts["isa"] = system.cpu_bf16_support()
@@ -208,8 +208,8 @@ def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 
     facts["mpirun"] = _mpirun()
     facts["kernel"] = _kernel()
     try:
-        source = profiles.data_source()
-    except profiles.ProfileError:
+        source = run_sizes.data_source()
+    except run_sizes.ProfileError:
         source = "real"
     facts["datasets"] = {"source": source, "cached": _cached_datasets(), "online": None}
     if not all(facts["datasets"]["cached"].values()) and source != "standin":

@@ -1,4 +1,4 @@
-"""Run sizes (smoke / workshop / full) and the data-source switch.
+"""Run sizes (smoke / workshop / full, chosen by ``COURSE_PROFILE``) and the data-source switch.
 
 The size of every run in the course is chosen by one environment variable,
 ``COURSE_PROFILE``:
