@@ -40,7 +40,7 @@ def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]
             return kids.ask("trial", request, timeout=max(1.0, timeout - (time.monotonic() - start)))
     except children.ChildError as exc:
         if "within" in str(exc):
-            return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed; the budget could not hold it)"}
+            return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed: the trial ran past its time limit)"}
         return {"ok": False, "error": f"the trial process failed: {children.tail(str(exc), 1)[:300]}"}
 
 
