@@ -44,6 +44,7 @@ from torch import nn
 
 from . import devices, files, models, precision, published, report_rows, results, system
 from .measure import Stats
+from .step import train_step
 from .step_cost import MatmulPeak, math_mode, matmul_peak
 from .tables import Table
 
@@ -98,10 +99,24 @@ def check_options(model_names: Sequence[str], device: str, dtype: str) -> tuple[
     return list(model_names), dev, autocast
 
 
+class _NoUpdate:
+    """An optimizer that clears gradients but never updates (``--no-optimizer``: forward + backward only)."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def step(self) -> None:
+        pass
+
+
 class BenchStep:
     """One training step of the blog's benchmark, on a model, optimizer and fixed host batch
-    built once. ``run(marks)`` performs the step; with a list it appends a clock reading
-    after each phase, synchronizing the device first."""
+    built once. ``run(mark)`` copies the batch to the device, then performs the course's one
+    training step (``helpers.step.train_step``); ``mark(phase)`` is called at the start and
+    after each phase."""
 
     def __init__(self, model_name: str, *, device: torch.device, batch: int = 16, size: int = 224,
                  autocast: torch.dtype | None = None, channels_last: bool = False, optimizer: bool = True,
@@ -113,10 +128,15 @@ class BenchStep:
         self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
         self.net = models.torchvision_model(model_name, num_classes=1000).to(device).train()
         self.net = self.net.to(memory_format=self.memory_format)
-        self.head, self.loss_fn = nn.LogSoftmax(dim=1), nn.NLLLoss()
+        self.head, self.nll = nn.LogSoftmax(dim=1), nn.NLLLoss()
         self.opt = torch.optim.Adam(self.net.parameters())
+        self.stepper: Any = self.opt if optimizer else _NoUpdate(self.opt)
         self.inputs = torch.randn(batch, 3, size, size)  # one fixed batch on the host, copied every step
         self.labels = torch.randint(1000, (batch,))
+
+    def loss_fn(self, outputs: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The blog's loss: log-softmax then negative log-likelihood, in fp32."""
+        return self.nll(self.head(outputs).float(), labels)
 
     def flops(self) -> int:
         """FLOPs of forward + loss + backward (torch.utils.flop_counter); gradients are cleared."""
@@ -128,31 +148,17 @@ class BenchStep:
         self.opt.zero_grad(set_to_none=True)
         return int(counter.get_total_flops())
 
-    def run(self, marks: list[Any] | None = None, now: Callable[[], Any] | None = None) -> None:
-        """One training step. With ``marks``, ``now()`` is appended before the first phase and
-        after each one: ``time.perf_counter`` by default (right on the CPU), or a function that
-        records a device event (on an accelerator; nothing is synchronized)."""
-        def mark() -> None:
-            if marks is not None:
-                marks.append((now or time.perf_counter)())
-
-        mark()
-        self.opt.zero_grad(set_to_none=True)
-        mark()
+    def run(self, mark: Callable[[str], None] | None = None) -> None:
+        """One training step: ``mark("start")``, the copy to the device (``mark("copy")``), then
+        ``train_step``, which marks zero_grad, forward, loss, backward and update."""
+        if mark is not None:
+            mark("start")
         x = self.inputs.to(self.device, memory_format=self.memory_format)
         y = self.labels.to(self.device)
-        mark()
-        if self.autocast is None:
-            loss = self.loss_fn(self.head(self.net(x)), y)
-        else:
-            with torch.autocast(device_type=self.device.type, dtype=self.autocast):
-                loss = self.loss_fn(self.head(self.net(x)).float(), y)
-        mark()
-        loss.backward()
-        mark()
-        if self.use_optimizer:
-            self.opt.step()
-        mark()
+        if mark is not None:
+            mark("copy")
+        train_step(self.net, self.stepper, self.loss_fn, x, y,
+                   autocast_dtype=self.autocast, device_type=self.device.type, mark=mark)
 
 
 def event_clock(device: torch.device) -> Callable[[], Any] | None:
@@ -181,32 +187,37 @@ def timed_steps(step: BenchStep, steps: int, warmup: int = 0,
     The total is read from the host clock between two synchronizations of the device. Phases
     come from ``clock`` events when given (see ``event_clock``), else from the host clock --
     exact on the CPU; on an accelerator without events the device is synchronized after each
-    phase (the blog's method) and the total is taken from those marks."""
+    phase (the blog's method) and the total is taken from those marks. The loss is counted
+    with the forward phase."""
     totals: list[float] = []
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     on_cpu = step.device.type == "cpu"
+    if clock is not None:
+        now: Callable[[], Any] = clock
+    elif on_cpu:
+        now = time.perf_counter
+    else:
+        def now() -> float:
+            devices.synchronize(step.device)
+            return time.perf_counter()
     for i in range(-warmup, steps):
-        marks: list[Any] = []
+        marks: list[tuple[str, Any]] = []
         devices.synchronize(step.device)
         start = time.perf_counter()
-        if clock is not None:
-            step.run(marks, clock)
-        elif on_cpu:
-            step.run(marks)
-        else:
-            step.run(marks, lambda: (devices.synchronize(step.device), time.perf_counter())[1])
+        step.run(lambda phase: marks.append((phase, now())))
         devices.synchronize(step.device)
         end = time.perf_counter()
         if i < 0:
             continue
         if clock is not None:
             totals.append(end - start)
-            spans = [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:])]
+            spans = {name: a.elapsed_time(b) / 1e3 for (_, a), (name, b) in zip(marks, marks[1:])}
         else:
-            totals.append(marks[-1] - marks[0])
-            spans = [b - a for a, b in zip(marks, marks[1:])]
-        for name, span in zip(PHASES, spans):
-            phases[name].append(span)
+            totals.append(marks[-1][1] - marks[0][1])
+            spans = {name: b - a for (_, a), (name, b) in zip(marks, marks[1:])}
+        spans["forward"] += spans.pop("loss", 0.0)
+        for name in PHASES:
+            phases[name].append(spans[name])
     return totals, phases
 
 

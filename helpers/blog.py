@@ -30,6 +30,7 @@ import torch
 from torch import nn
 
 from .seeds import set_seed
+from .step import train_step
 
 # stabilityai/stable-diffusion-2-1, unet/config.json (the 768x768 "v" model; the 512 base
 # model has the same architecture). Building it needs diffusers, no download.
@@ -168,12 +169,8 @@ def classification_step(*, device: torch.device | str, batch: int = HAGRID.batch
     y = torch.randint(num_classes, (batch,)).to(device)
 
     def step() -> float:
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
+        return float(train_step(model, opt, nn.functional.cross_entropy, x, y, autocast_dtype=autocast_dtype,
+                                device_type=device.type).detach())
 
     return step
 
@@ -270,17 +267,14 @@ def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int
     with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
         style_grams = [gram(f) for f in feats(style)]
 
-    def step() -> float:
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            y = net(x)
-            fy, fx = feats(y), feats(x)
-            content = nn.functional.mse_loss(fy[1].float(), fx[1].float())
-            style_loss = sum(nn.functional.mse_loss(gram(a), g.expand(len(a), -1, -1))
-                             for a, g in zip(fy, style_grams))
-            loss = content + 1e5 * style_loss
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return float(loss.detach())
+    def perceptual_loss(y: torch.Tensor, content_image: torch.Tensor) -> torch.Tensor:
+        fy, fx = feats(y), feats(content_image)
+        content = nn.functional.mse_loss(fy[1].float(), fx[1].float())
+        style_loss = sum(nn.functional.mse_loss(gram(a), g.expand(len(a), -1, -1)) for a, g in zip(fy, style_grams))
+        return content + 1e5 * style_loss
+
+    def step() -> float:  # the transformed image is judged against its own content
+        return float(train_step(net, opt, perceptual_loss, x, x, autocast_dtype=autocast_dtype,
+                                device_type=device.type).detach())
 
     return step

@@ -1,4 +1,17 @@
-"""Training checkpoints: atomic writes and safe loads (``weights_only=True``)."""
+"""Training checkpoints: the course's one format, atomic writes and safe loads (``weights_only=True``).
+
+Every training loop of the course (``helpers.training.train`` and the DDP loop of
+``python -m helpers.distributed``) writes the same dict, made by ``training_state``::
+
+    {"format": 2, "model": <plain state_dict>, "optimizer": ..., "scaler": <GradScaler state or None>,
+     "rng": {"cpu": ByteTensor, "device_type": "cpu|cuda|xpu", "device": ByteTensor or None},
+     "epoch", "batch", "step", "loss_sum", "epoch_times", "epoch_losses", "data_wait"}
+
+``"model"`` is the plain module's state_dict (no ``module.`` prefix from DDP or ``_orig_mod.``
+from torch.compile), so a model built without either loads it with ``load_state_dict``.
+``restore`` loads such a file back into a model, optimizer and scaler and returns the progress
+fields, with ``resumed_from`` set. ``epoch``/``batch`` name the next batch to run.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +23,12 @@ import torch
 
 from .files import atomic_write
 
+FORMAT = 2
+PROGRESS_KEYS = ("epoch", "batch", "step", "loss_sum", "epoch_times", "epoch_losses", "data_wait")
+
 
 class CheckpointError(RuntimeError):
     """A checkpoint file that cannot be read or does not fit the model."""
-
 
 
 def save_checkpoint(path: Path | str, state: dict[str, Any]) -> Path:
@@ -39,3 +54,68 @@ def load_checkpoint(path: Path | str) -> dict[str, Any]:
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path} is not a training checkpoint written by helpers.training (a dict with a 'model' state_dict).")
     return state
+
+
+def fresh_progress() -> dict[str, Any]:
+    """Where a new run starts: epoch 0, batch 0, and empty statistics."""
+    return {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "epoch_times": [], "epoch_losses": [],
+            "data_wait": [], "resumed_from": None}
+
+
+def rng_state(device: torch.device | str = "cpu") -> dict[str, Any]:
+    """CPU and accelerator random-number state, to resume the same random stream."""
+    device = torch.device(device)
+    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "device_type": device.type, "device": None}
+    if device.type in ("cuda", "xpu"):
+        state["device"] = getattr(torch, device.type).get_rng_state(device)
+    return state
+
+
+def set_rng_state(state: dict[str, Any], device: torch.device | str = "cpu") -> None:
+    """Restore ``rng_state``; the accelerator part only on the same kind of device."""
+    device = torch.device(device)
+    torch.set_rng_state(state["cpu"])
+    if state.get("device") is not None and state.get("device_type") == device.type:
+        getattr(torch, device.type).set_rng_state(state["device"], device)
+
+
+def plain_module(model: torch.nn.Module) -> torch.nn.Module:
+    """The module under a DDP wrapper (``.module``) and/or torch.compile (``._orig_mod``)."""
+    while True:
+        inner = getattr(model, "module", None) or getattr(model, "_orig_mod", None)
+        if not isinstance(inner, torch.nn.Module):
+            return model
+        model = inner
+
+
+def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: dict[str, Any], *,
+                   scaler: Any = None, device: torch.device | str = "cpu") -> dict[str, Any]:
+    """The course's checkpoint dict (see the module docstring) for ``progress`` (``fresh_progress`` keys)."""
+    return {"format": FORMAT, "model": plain_module(model).state_dict(), "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict() if scaler is not None else None, "rng": rng_state(device),
+            **{k: progress[k] for k in PROGRESS_KEYS}}
+
+
+def restore(path: Path | str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, scaler: Any = None,
+            device: torch.device | str = "cpu") -> dict[str, Any]:
+    """Load a ``training_state`` checkpoint into the plain model, the optimizer, the scaler (when
+    both have one) and the random streams; return its progress with ``resumed_from`` = [epoch, batch]."""
+    state = load_checkpoint(path)
+    try:
+        plain_module(model).load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        progress = {k: state[k] for k in ("epoch", "batch", "step")}
+    except (RuntimeError, ValueError, KeyError) as exc:
+        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer ({type(exc).__name__}). "
+                              "Delete it or use a different checkpoint path.") from None
+    if scaler is not None and state.get("scaler"):
+        scaler.load_state_dict(state["scaler"])
+    rng = state.get("rng")
+    set_rng_state(rng if isinstance(rng, dict) else {"cpu": rng}, device)
+    out = fresh_progress()
+    out.update(progress)
+    for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
+        out[key] = list(state[key]) if isinstance(state.get(key), list) else state.get(key, out[key])
+    out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
+    out["resumed_from"] = [progress["epoch"], progress["batch"]]
+    return out

@@ -1,6 +1,16 @@
-"""The course's one child-process runner: long-lived children that start side by side and take turns.
+"""The course's one child-process runner: start, take turns, time out, stop the whole process tree.
 
-A child is any command that speaks a small line protocol on stdin/stdout:
+Two ways to run children, on the same start/stop code:
+
+* ``Job``: one-shot commands started together (two torchrun "nodes", a notebook runner, an import
+  probe), their stdout and stderr merged into one text that threads drain while they run (a
+  full pipe cannot block them); ``wait`` gives the exit code, the seconds and the output, and
+  on a timeout or Ctrl-C stops everything the job started. ``stop`` is that stop: a schedule of
+  signals sent to each process group and every descendant (torchrun starts its ranks in
+  sessions of their own), with a wait after each.
+* ``Children``: long-lived children that start side by side and take turns.
+
+A long-lived child is any command that speaks a small line protocol on stdin/stdout:
 
 * after its start-up (imports, data) it prints ``READY`` on a line of its own and waits;
 * for every request line (one JSON object) it does the work and prints one line
@@ -24,6 +34,7 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 READY, STOP, RESULT = "child-ready", "STOP", "RESULT "
@@ -49,6 +60,171 @@ def kill_group(proc: subprocess.Popen) -> None:
 def tail(text: str, lines: int = 5) -> str:
     """The last ``lines`` non-empty lines of ``text``."""
     return "\n".join([ln for ln in text.strip().splitlines() if ln.strip()][-lines:])
+
+
+def _tree(proc: subprocess.Popen) -> list[Any]:
+    """The process and every descendant (as psutil processes; empty when it has ended)."""
+    import psutil
+
+    try:
+        parent = psutil.Process(proc.pid)
+        return [parent, *parent.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
+
+
+TERMINATE: tuple[tuple[int | None, float], ...] = ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0))
+"""The default stop: SIGTERM, 5 s to exit, then SIGKILL."""
+
+
+def stop(procs: Sequence[subprocess.Popen], schedule: Sequence[tuple[int | None, float]] = TERMINATE) -> None:
+    """Stop ``procs`` and every process they started: for each ``(signal, seconds)`` of ``schedule``,
+    send the signal (None: send nothing, only wait) to each process group started with
+    ``start_new_session`` and to every descendant, then wait up to ``seconds`` for all to exit.
+    Processes that have already ended are left alone."""
+    import psutil
+
+    def alive(p: Any) -> bool:
+        try:
+            return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    def own_group(proc: subprocess.Popen) -> bool:
+        try:
+            return os.getpgid(proc.pid) == proc.pid
+        except (ProcessLookupError, PermissionError):
+            return False
+
+    everyone = [p for proc in procs for p in _tree(proc)]
+    for sig, seconds in schedule:
+        running = [p for p in everyone if alive(p)]
+        if not running and all(proc.poll() is not None for proc in procs):
+            break
+        if sig is not None:
+            for proc in procs:
+                if proc.poll() is None and own_group(proc):
+                    try:
+                        os.killpg(proc.pid, sig)
+                    except (ProcessLookupError, PermissionError):
+                        pass
+            for p in running:
+                try:
+                    p.send_signal(sig)
+                except psutil.NoSuchProcess:
+                    pass
+        end = time.monotonic() + seconds
+        psutil.wait_procs(running, timeout=seconds)
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, end - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+@dataclass
+class Finished:
+    """A finished ``Job``: the first non-zero exit code (0 when all succeeded), seconds, merged output."""
+
+    returncode: int
+    seconds: float
+    output: str
+
+
+class JobTimeout(ChildError):
+    """A ``Job`` ran past its timeout; everything it started was stopped. ``output`` is what it printed."""
+
+    def __init__(self, message: str, output: str) -> None:
+        super().__init__(message)
+        self.output = output
+
+
+class Job:
+    """One-shot commands started together; ``wait`` collects them.
+
+    ``new_session=True`` (the default) puts each command in a process group of its own, so a stop
+    reaches everything it started; ``False`` keeps it in the caller's group, so a Ctrl-C in the
+    terminal reaches it too (a notebook runner that shuts its kernel down on SIGINT).
+    """
+
+    def __init__(self, commands: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = None,
+                 new_session: bool = True, cwd: str | None = None) -> None:
+        if not commands:
+            raise ValueError("Job needs at least one command")
+        self.commands = [list(c) for c in commands]
+        self.env, self.new_session, self.cwd = env, new_session, cwd
+        self.procs: list[subprocess.Popen[str]] = []
+        self._chunks: list[list[str]] = []
+        self._readers: list[threading.Thread] = []
+        self.started = 0.0
+
+    def start(self) -> "Job":
+        """Start every command; a command that cannot start stops the ones already started."""
+        self.started = time.perf_counter()
+        try:
+            for c in self.commands:
+                proc = subprocess.Popen(c, env=None if self.env is None else dict(self.env), cwd=self.cwd,
+                                        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                        text=True, errors="replace", start_new_session=self.new_session)
+                self.procs.append(proc)
+                sink: list[str] = []
+                self._chunks.append(sink)
+                reader = threading.Thread(target=lambda f=proc.stdout, s=sink: s.extend(iter(f.readline, "")),
+                                          daemon=True)
+                reader.start()
+                self._readers.append(reader)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    @property
+    def output(self) -> str:
+        """What the commands have printed so far, one command after the other."""
+        return "\n".join("".join(sink) for sink in self._chunks)
+
+    def wait(self, timeout: float, grace: float = 15.0,
+             on_interrupt: Sequence[tuple[int | None, float]] = TERMINATE) -> Finished:
+        """Wait for every command. Once one has failed, the others get ``grace`` seconds to notice and
+        exit on their own (a node whose peer died would otherwise wait for its rendezvous timeout),
+        then they are stopped. Past ``timeout`` seconds everything is stopped and JobTimeout raised;
+        on Ctrl-C (or any error) everything is stopped with the ``on_interrupt`` schedule, then the
+        exception goes on."""
+        if grace < 0:
+            raise ValueError(f"grace must be >= 0 seconds, got {grace}")
+        deadline = self.started + timeout
+        failed_at = None
+        try:
+            while [p.poll() for p in self.procs].count(None):
+                now = time.perf_counter()
+                if now > deadline:
+                    self.stop()
+                    self._join()
+                    raise JobTimeout(f"the job did not finish within {timeout:.0f} s; all its processes were "
+                                     "stopped", self.output)
+                if failed_at is None and any(p.returncode not in (None, 0) for p in self.procs):
+                    failed_at = now
+                if failed_at is not None and now - failed_at > grace:
+                    self.stop()
+                    break
+                time.sleep(0.1)
+        except JobTimeout:
+            raise
+        except BaseException:
+            self.stop(on_interrupt)
+            raise
+        finally:
+            self._join()
+        code = next((p.returncode for p in self.procs if p.returncode), 0)
+        return Finished(code, time.perf_counter() - self.started, self.output)
+
+    def stop(self, schedule: Sequence[tuple[int | None, float]] = TERMINATE) -> None:
+        """Stop every command and everything it started (see ``stop``)."""
+        stop(self.procs, schedule)
+
+    def _join(self) -> None:
+        for reader in self._readers:
+            reader.join(timeout=5)
 
 
 class Children:

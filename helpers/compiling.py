@@ -30,6 +30,7 @@ from . import devices
 from .measure import Stats, time_fn
 from .tables import Table
 from .seeds import set_seed
+from .step import train_step
 
 MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
 
@@ -87,7 +88,7 @@ def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor
     ``step()``, which runs one training step on ``inputs``/``targets`` and returns the loss.
 
     This is the step chapter 03 writes out (zero_grad, forward, cross-entropy, backward,
-    optimizer step); ``mode`` is a ``torch.compile`` mode ("default" = None) and ``options``
+    optimizer step: the course's one, ``helpers.step.train_step``); ``mode`` is a ``torch.compile`` mode ("default" = None) and ``options``
     Inductor options passed to ``torch.compile``. Nothing is compiled until the first call.
     """
     if mode is not None and mode not in MODES:
@@ -102,11 +103,7 @@ def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor
                               options=options)
 
     def step() -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        loss = nn.functional.cross_entropy(model(x), y)
-        loss.backward()
-        optimizer.step()
-        return loss.detach()
+        return train_step(model, optimizer, nn.functional.cross_entropy, x, y, device_type=device.type).detach()
 
     return step
 

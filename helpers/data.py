@@ -38,7 +38,7 @@ import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from . import profiles
+from . import run_sizes
 
 
 @dataclass(frozen=True)
@@ -183,12 +183,12 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
                  download: bool = True, standin_length: int | None = None) -> Dataset:
     """Return the train or test split of ``name`` from the active data source.
 
-    ``source`` overrides ``profiles.data_source()``. With ``real``, the files are looked
+    ``source`` overrides ``run_sizes.data_source()``. With ``real``, the files are looked
     for under ``root`` (default ``data_root()``) and downloaded when missing; torchvision
     verifies their checksums. A dataset that can be neither found nor downloaded raises
     DatasetUnavailableError saying how to get it or how to run on the stand-in.
     """
-    source = source or profiles.data_source()
+    source = source or run_sizes.data_source()
     if source == "standin":  # no transform: tensors as ToTensor makes them, without importing torchvision
         return StandInImages(name, train=train, length=standin_length, transform=transform, as_tensor=True)
     if source != "real":

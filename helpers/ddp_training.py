@@ -1,14 +1,15 @@
-"""The DDP training loop of ``python -m helpers.distributed``, its checkpoint format, and the collectives it sends.
+"""The DDP training loop of ``python -m helpers.distributed`` and the collectives it sends.
 
 * Every tensor handed to a collective is made by a function that takes the training device
   and the collectives module (``handshake``, ``sum_across_ranks``, ``replica_fingerprints``,
   ``evaluate_on_all_ranks``), in float32, so a unit test can call them with
   ``torch.device("meta")`` and a recording stand-in and catch a CPU or float64 payload (nccl
   and xccl refuse CPU tensors; Intel Arc has no float64).
-* ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, checkpoints written
-  by rank 0 (``checkpoint_state``: plain model state_dict without ``module.``, optimizer, CPU
-  and accelerator RNG, epoch/step, loss and data-wait statistics) that every rank resumes from
-  after a restart (``resume_from``).
+* ``train_ddp`` is the training loop: DistributedSampler.set_epoch, DDP, the course's one
+  training step (``helpers.step.train_step``), checkpoints in the course's one format
+  (``helpers.checkpoints.training_state``: the plain model state_dict without ``module.``,
+  optimizer, CPU and accelerator RNG, progress) written by rank 0, which every rank resumes
+  from after a restart (``helpers.checkpoints.restore``).
 * ``warmup_lr``: with ``--scale-lr`` the learning rate is multiplied by the world size and
   reached by a linear ramp over the first ``--warmup-epochs`` (Goyal et al. 2017, "Accurate,
   Large Minibatch SGD": linear scaling with a gradual warm-up).
@@ -26,13 +27,6 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from .ranks import RankInfo
-
-CHECKPOINT_FORMAT = 2
-
-
-class StopTraining(Exception):
-    """Raised after ``--crash-at-step`` steps to simulate a lost rank (tests and chapter 08)."""
-
 
 # ----- collectives: every payload made on the training device, in float32 --------------------
 
@@ -73,64 +67,6 @@ def wait_for_all(device: Any, comm: Any) -> None:
         comm.barrier()
 
 
-# ----- checkpoints ----------------------------------------------------------------------------
-
-def rng_state(device: Any) -> dict[str, Any]:
-    """CPU and accelerator random-number state, to resume the same random stream."""
-    import torch
-
-    state: dict[str, Any] = {"cpu": torch.get_rng_state(), "device_type": device.type, "device": None}
-    if device.type in ("cuda", "xpu"):
-        state["device"] = getattr(torch, device.type).get_rng_state(device)
-    return state
-
-
-def set_rng_state(state: dict[str, Any], device: Any) -> None:
-    """Restore ``rng_state``; the accelerator part only on the same kind of device."""
-    import torch
-
-    torch.set_rng_state(state["cpu"])
-    if state.get("device") is not None and state.get("device_type") == device.type:
-        getattr(torch, device.type).set_rng_state(state["device"], device)
-
-
-def fresh_progress() -> dict[str, Any]:
-    """Where a new run starts: epoch 0, batch 0, and empty statistics."""
-    return {"epoch": 0, "batch": 0, "step": 0, "loss_sum": 0.0, "epoch_times": [], "epoch_losses": [],
-            "data_wait": [], "resumed_from": None}
-
-
-def checkpoint_state(model: Any, optimizer: Any, device: Any, progress: dict[str, Any]) -> dict[str, Any]:
-    """A portable checkpoint: ``model`` is the plain module's state_dict (no ``module.`` prefix),
-    loadable with ``load_state_dict`` into a model built without DDP."""
-    plain = getattr(model, "module", model)
-    keep = {k: v for k, v in progress.items() if k != "resumed_from"}
-    return {"format": CHECKPOINT_FORMAT, "model": plain.state_dict(), "optimizer": optimizer.state_dict(),
-            "rng": rng_state(device), **keep}
-
-
-def resume_from(path: str | Path, model: Any, optimizer: Any, device: Any) -> dict[str, Any]:
-    """Load a checkpoint written by ``checkpoint_state`` into the plain model and optimizer."""
-    from .checkpoints import CheckpointError, load_checkpoint
-
-    state = load_checkpoint(path)
-    try:
-        getattr(model, "module", model).load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        progress = {k: state[k] for k in ("epoch", "batch", "step")}
-    except (RuntimeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer ({type(exc).__name__}). "
-                              "Delete it or use a different checkpoint path.") from None
-    set_rng_state(state["rng"], device)
-    out = fresh_progress()
-    out.update(progress)
-    for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
-        out[key] = state.get(key, out[key])
-    out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
-    out["resumed_from"] = [progress["epoch"], progress["batch"]]
-    return out
-
-
 # ----- the learning rate ----------------------------------------------------------------------
 
 def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
@@ -169,7 +105,9 @@ def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any
     import torch
 
     from . import devices
-    from .checkpoints import save_checkpoint
+    from .checkpoints import save_checkpoint, training_state
+    from .step import train_step
+    from .training import StopTraining
 
     loss_fn = torch.nn.CrossEntropyLoss()
     non_blocking = device.type in ("cuda", "xpu")
@@ -177,8 +115,8 @@ def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any
 
     def save(epoch: int, batch: int) -> None:
         if checkpoint is not None and write:
-            save_checkpoint(checkpoint, checkpoint_state(ddp, optimizer, device,
-                                                         {**progress, "epoch": epoch, "batch": batch}))
+            save_checkpoint(checkpoint, training_state(ddp, optimizer, {**progress, "epoch": epoch, "batch": batch},
+                                                       device=device))
 
     first = progress["epoch"]
     for epoch in range(first, epochs):
@@ -195,12 +133,10 @@ def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any
             waited += time.perf_counter() - asked
             inputs = inputs.to(device, non_blocking=non_blocking)
             targets = targets.to(device, non_blocking=non_blocking)
-            optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(ddp(inputs), targets)
-            loss.backward()  # DDP all-reduces the gradients during backward
             if lr_at is not None:
                 set_lr(optimizer, lr_at(progress["step"]))
-            optimizer.step()
+            # DDP all-reduces the gradients during the step's backward pass
+            loss = train_step(ddp, optimizer, loss_fn, inputs, targets, device_type=device.type)
             running += loss.detach().float()
             batch += 1
             progress["step"] += 1

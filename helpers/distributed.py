@@ -13,9 +13,10 @@ This module is the command line, the backend and process-group setup, and the er
   ``error:`` message from rank 0 and exit status 2, instead of a traceback per rank.
 
 Who this process is and which CPUs it gets (``rank_info``, ``export_torch_env``, ``rank_cpus``,
-``pin_rank``, ``threads_per_rank``) is ``helpers.ranks``; the training loop, its checkpoints
-and the collectives' payloads (``train_ddp``, ``resume_from``, ``handshake``, ...) are
-``helpers.ddp_training``. The names the chapters call through this module (``rank_info``,
+``pin_rank``, ``threads_per_rank``) is ``helpers.ranks``; the training loop and the collectives'
+payloads (``train_ddp``, ``handshake``, ...) are ``helpers.ddp_training``; its checkpoints
+(``training_state``, ``restore``) the course's one format in ``helpers.checkpoints``. The
+names the chapters call through this module (``rank_info``,
 ``node_rank``, ``rank_cpus``, ``pin_rank``, ``threads_per_rank``, ``RankInfo``, ``handshake``,
 ``DistributedSetupError``) are imported here as well. Building and running launch commands
 is ``helpers.launch``.
@@ -35,17 +36,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Sequence
 
-from .ddp_training import (
-    StopTraining,
-    evaluate_on_all_ranks,
-    fresh_progress,
-    handshake,
-    replica_fingerprints,
-    resume_from,
-    train_ddp,
-    wait_for_all,
-    warmup_lr,
-)
+from .ddp_training import evaluate_on_all_ranks, handshake, replica_fingerprints, train_ddp, wait_for_all, warmup_lr
 from .ranks import (  # noqa: F401  (node_rank, rank_cpus: re-exported, chapters 10-11 call them from here)
     DistributedSetupError,
     RankInfo,
@@ -225,7 +216,7 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
     from torch.nn.parallel import DistributedDataParallel
     from torch.utils.data import DataLoader, DistributedSampler
 
-    from . import checkpoints, data, models, seeds
+    from . import checkpoints, data, models, seeds, training
 
     # Everything a user can get wrong is checked before the ranks wait for each other.
     device = training_device(args.device, info)
@@ -264,9 +255,9 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         warmup_steps = round(args.warmup_epochs * len(loader)) if args.scale_lr and lr != args.lr else 0
         lr_at = partial(warmup_lr, base_lr=args.lr, peak_lr=lr, warmup_steps=warmup_steps)
         optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(0))
-        progress = fresh_progress()
+        progress = checkpoints.fresh_progress()
         if args.checkpoint and Path(args.checkpoint).exists():
-            progress = resume_from(args.checkpoint, model, optimizer, device)
+            progress = checkpoints.restore(args.checkpoint, model, optimizer, device=device)
         ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
         crash = None
         if args.crash_at_step is not None and info.rank == args.crash_rank \
@@ -305,7 +296,7 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         gc.collect()
         wait_for_all(device, dist)
         return summary
-    except StopTraining:
+    except training.StopTraining:
         print(f"rank {info.rank}: simulated failure -- killing this process", flush=True)
         os.kill(os.getpid(), signal.SIGKILL)
         raise  # not reached
@@ -316,10 +307,10 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'fix your input or setup', reported as one message, not a traceback."""
-    from . import checkpoints, data, devices, profiles
+    from . import checkpoints, data, devices, run_sizes
 
     return (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError,
-            checkpoints.CheckpointError, profiles.ProfileError)
+            checkpoints.CheckpointError, run_sizes.ProfileError)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

@@ -36,6 +36,7 @@ import torch  # noqa: E402
 
 from . import models, system  # noqa: E402
 from .seeds import set_seed  # noqa: E402
+from .step import train_step  # noqa: E402
 
 RETIREMENT_NOTE = (
     "Intel Extension for PyTorch is retired: 2.8 is its last release, its repository is archived "
@@ -166,15 +167,10 @@ def prepare(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
           dtype: torch.dtype | None, channels_last: bool) -> torch.Tensor:
-    """One training step, as the chapter writes it out."""
+    """One training step (the course's one, ``helpers.step.train_step``), the batch in the variant's layout."""
     if channels_last:
         x = x.contiguous(memory_format=torch.channels_last)
-    with torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
-        loss = torch.nn.functional.cross_entropy(model(x), y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss
+    return train_step(model, optimizer, torch.nn.functional.cross_entropy, x, y, autocast_dtype=dtype)
 
 
 def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],

@@ -7,10 +7,10 @@
   places rank 0;
 * ``check_ranks`` refuses more pinned CPU ranks than physical cores with one message,
   before anything starts;
-* ``run_job`` starts one or more launchers (two torchrun "nodes" on one machine), reads their
-  merged stdout+stderr in threads (a full pipe cannot block a job), and on a timeout or Ctrl-C
-  stops every process it started -- launchers and the ranks they spawned in their own
-  sessions -- and waits for them, so nothing is left holding a port or a core;
+* ``run_job`` starts one or more launchers (two torchrun "nodes" on one machine) as one
+  ``helpers.children.Job`` (the course's one child-process runner), so on a timeout or Ctrl-C
+  every process it started -- launchers and the ranks they spawned in their own sessions -- is
+  stopped and waited for, and nothing is left holding a port or a core;
 * ``measure_job`` runs a job with the course's measurement protocol; ``rank_lines`` picks
   the per-rank report lines out of a job's output.
 """
@@ -21,17 +21,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import statistics
-import subprocess
 import sys
-import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from .children import Job, JobTimeout
 from .distributed import SBATCH_SCRIPT
 from .ranks import DistributedSetupError
 
@@ -176,47 +173,6 @@ class JobResult:
     error: str | None = field(default=None)
 
 
-def _tree(proc: subprocess.Popen) -> list[Any]:
-    """The process and every descendant (torchrun starts its ranks in sessions of their own)."""
-    import psutil
-
-    try:
-        parent = psutil.Process(proc.pid)
-        return [parent, *parent.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return []
-
-
-def stop_processes(procs: Sequence[subprocess.Popen], grace: float = 5.0) -> None:
-    """SIGTERM each launcher's process group and all its descendants, wait ``grace`` s, SIGKILL the rest."""
-    import psutil
-
-    everyone = [p for proc in procs for p in _tree(proc)]
-    for proc in procs:
-        if proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except (ProcessLookupError, PermissionError):
-                pass
-    for p in everyone:
-        try:
-            p.terminate()
-        except psutil.NoSuchProcess:
-            pass
-    _, alive = psutil.wait_procs(everyone, timeout=grace)
-    for p in alive:
-        try:
-            p.kill()
-        except psutil.NoSuchProcess:
-            pass
-    psutil.wait_procs(alive, timeout=grace)
-    for proc in procs:
-        try:
-            proc.wait(timeout=grace)
-        except subprocess.TimeoutExpired:
-            pass
-
-
 def first_error(output: str) -> str | None:
     """The entry point's own ``error: ...`` message in a job's output (printed once by rank 0)."""
     found = _ERROR_LINE.search(output)
@@ -236,8 +192,8 @@ def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[s
             retries: int = 0, grace: float = 15.0) -> JobResult:
     """Start one or more launcher processes (e.g. two torchrun 'nodes'), wait, collect output.
 
-    Each launcher runs in its own process group with stdout and stderr merged into one pipe,
-    drained by a thread while the job runs. On timeout it raises DistributedSetupError, on
+    The launchers run as one ``helpers.children.Job``: each in its own process group, stdout and
+    stderr merged and drained while the job runs. On timeout it raises DistributedSetupError, on
     Ctrl-C KeyboardInterrupt -- in both cases after stopping every process of the job.
     ``retries``: start the job again (at most this often) when its ranks could not connect to
     each other -- on a busy shared machine gloo's connection set-up occasionally fails; pass
@@ -256,60 +212,17 @@ def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[s
     raise AssertionError("not reached")
 
 
-def _wait_all(procs: Sequence[subprocess.Popen], deadline: float, grace: float) -> None:
-    """Wait for every launcher; once one has failed, give the others ``grace`` seconds to notice
-    (a node whose peer died would otherwise wait for its rendezvous timeout), then stop them."""
-    failed_at = None
-    while [p.poll() for p in procs].count(None):
-        now = time.perf_counter()
-        if now > deadline:
-            raise subprocess.TimeoutExpired("job", 0)
-        if failed_at is None and any(p.returncode not in (None, 0) for p in procs):
-            failed_at = now
-        if failed_at is not None and now - failed_at > grace:
-            stop_processes(procs)
-            return
-        time.sleep(0.1)
-
-
 def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout: float,
               env: Mapping[str, str] | None, grace: float) -> JobResult:
-    child_env = {**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", **(env or {})}
     if out is not None and Path(out).exists():
         Path(out).unlink()
-    start = time.perf_counter()
-    procs: list[subprocess.Popen] = []
-    chunks: list[list[str]] = []
-    readers: list[threading.Thread] = []
+    job = Job(commands, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", **(env or {})})
     try:
-        for c in commands:
-            proc = subprocess.Popen(list(c), env=child_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True, errors="replace", start_new_session=True)
-            procs.append(proc)
-            sink: list[str] = []
-            chunks.append(sink)
-            reader = threading.Thread(target=lambda f=proc.stdout, s=sink: s.extend(iter(f.readline, "")),
-                                      daemon=True)
-            reader.start()
-            readers.append(reader)
-        _wait_all(procs, start + timeout, grace)
-    except subprocess.TimeoutExpired:
-        stop_processes(procs)
-        for reader in readers:
-            reader.join(timeout=5)
-        tail = "\n".join("".join(sink) for sink in chunks)[-1500:]
-        raise DistributedSetupError(f"the job did not finish within {timeout:.0f} s; all its processes "
-                                    f"were stopped. Its last output:\n{tail}") from None
-    except BaseException:  # Ctrl-C, or a launcher that could not start: leave nothing behind
-        stop_processes(procs)
-        raise
-    finally:
-        for reader in readers:
-            reader.join(timeout=5)
-    code = next((p.returncode for p in procs if p.returncode), 0)
-    output = "\n".join("".join(sink) for sink in chunks)
+        finished = job.start().wait(timeout, grace)
+    except JobTimeout as exc:
+        raise DistributedSetupError(f"{exc}. Its last output:\n{exc.output[-1500:]}") from None
     summary = json.loads(Path(out).read_text()) if out is not None and Path(out).exists() else None
-    return JobResult(code, time.perf_counter() - start, output, summary, first_error(output))
+    return JobResult(finished.returncode, finished.seconds, finished.output, summary, first_error(finished.output))
 
 
 def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path, *,

@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from . import devices, profiles
+from . import devices, run_sizes
 from .cpu_meter import LIMIT as INTERFERENCE_LIMIT
 from .cpu_meter import CpuMeter, Interference
 from .tables import Table
@@ -238,7 +238,7 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
     Each callable builds its variant afresh (a new seeded model, optimizer and inputs, its own
     warm-up untimed) and returns the timed value: a float, ``(value, metrics)`` or a ``Result``
     (its median sample, metrics and warm-up). ``rounds`` defaults to ``ROUNDS``
-    (``profiles.pick`` a smaller number for the smoke size). A round during which other
+    (``run_sizes.pick`` a smaller number for the smoke size). A round during which other
     processes or the hypervisor took more than ``limit`` cores is measured again, at most
     ``max_reruns`` times in all (default: none at the smoke size, where the tests share the
     machine, else half the rounds); the table's note says how many were.
@@ -251,7 +251,7 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
     if rounds < 1 or warmup_rounds < 0:
         raise ValueError("rounds must be >= 1 and warmup_rounds >= 0")
     if max_reruns is None:
-        max_reruns = profiles.pick(smoke=0, workshop=rounds // 2, full=rounds // 2)
+        max_reruns = run_sizes.pick(smoke=0, workshop=rounds // 2, full=rounds // 2)
     out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit, unit=unit)
     for w in range(warmup_rounds):
         for name in names:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from . import devices
+from .step import train_step
 
 #: Largest relative loss difference accepted, by the device run's autocast dtype (None = fp32).
 #: fp32 allows for TF32 math (on by default for cuDNN convolutions); low precision for its rounding.
@@ -85,14 +86,8 @@ def _losses(model: nn.Module, batches: list[tuple[torch.Tensor, torch.Tensor]], 
     losses = []
     for inputs, labels in batches:
         x, y = inputs.to(device), labels.to(device)
-        opt.zero_grad(set_to_none=True)
-        if dtype is None:
-            loss = loss_fn(model(x), y)
-        else:
-            with torch.autocast(device_type=device.type, dtype=dtype):
-                loss = loss_fn(model(x).float(), y)
-        loss.backward()
-        opt.step()
+        loss = train_step(model, opt, lambda out, target: loss_fn(out.float(), target), x, y, autocast_dtype=dtype,
+                          device_type=device.type)
         losses.append(float(loss.detach().cpu()))
     return losses
 

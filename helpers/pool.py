@@ -32,39 +32,14 @@ from typing import Any, Iterable, Sequence
 
 from . import files, machine_class, report_rows, results
 from .results import ResultsFormatError, Row
+from .submit import read_submission
 from .tables import Table, fmt
 
-SUBMISSION_FORMAT = "accelerate-course-submission"
-SUBMISSION_VERSION = 1
 UNCLEAR = "~"
 POOLED_FROM = "pooled_from"
 
 
 # --- reading ---------------------------------------------------------------------------------
-
-def read_submission(path: Path | str) -> list[Row]:
-    """Rows of a ``make submit`` file (fingerprints stored once, referenced by index)."""
-    path = Path(path)
-    try:
-        payload = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ResultsFormatError(f"{path.name} is not JSON ({exc.msg})") from None
-    if not isinstance(payload, dict) or payload.get("format") != SUBMISSION_FORMAT:
-        raise ResultsFormatError(f"{path.name} is not a course submission (made by `make submit`)")
-    if payload.get("version") != SUBMISSION_VERSION:
-        raise ResultsFormatError(
-            f"{path.name} is a submission of format version {payload.get('version')!r}; this course reads "
-            f"version {SUBMISSION_VERSION}. Update the course (git pull), or ask for a submission made with it.")
-    fingerprints = payload.get("fingerprints", [])
-    rows = []
-    for d in payload.get("rows", []):
-        d = dict(d)
-        fp = fingerprints[d["fingerprint"]] if isinstance(d.get("fingerprint"), int) else d.get("fingerprint", {})
-        d["fingerprint"] = fp
-        d.setdefault("versions", dict(fp.get("versions", {})))
-        rows.append(results.row_from_dict(d))
-    return rows
-
 
 def find_inputs(path: Path | str) -> list[Path]:
     """The rows files and submissions under ``path`` (itself, when it is a file), sorted."""

@@ -72,15 +72,6 @@ def operator_shares(prof: "torch.profiler.profile", top: int = 10, device: bool 
     return table
 
 
-def share_of(table: Table, *needles: str) -> float:
-    """Summed share (%) of the operators whose name contains any of ``needles``."""
-    total = 0.0
-    for row in table.as_dicts():
-        if any(n in row["operator"] for n in needles):
-            total += row["share %"]
-    return total
-
-
 def _weight_matrix(module: torch.nn.Module) -> tuple[str, int, int] | None:
     """(description, rows, columns) of a layer's weight as a matrix multiply sees it, or None."""
     if isinstance(module, torch.nn.Linear):

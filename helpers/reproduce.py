@@ -22,17 +22,18 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import math
 import os
 import re
 import signal
-import subprocess
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from . import data, devices, files, privacy, profiles, report_rows, results, system
+from . import data, devices, files, privacy, report_rows, results, run_sizes, system
+from .children import Job
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
@@ -84,23 +85,11 @@ def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | Non
     return found
 
 
-def data_source(profile: str, env: dict[str, str] | None = None) -> str:
-    """The data source chapters will use at ``profile``: ``COURSE_DATA`` if set, else stand-in
-    for smoke and real otherwise (as ``helpers.profiles.data_source`` decides it)."""
-    value = (os.environ if env is None else env).get("COURSE_DATA", "").strip().lower()
-    if not value:
-        return "standin" if profile == "smoke" else "real"
-    if value not in profiles.DATA_SOURCES:
-        raise ValueError(f"COURSE_DATA={value!r} is not a known data source; use one of "
-                         f"{', '.join(profiles.DATA_SOURCES)}.")
-    return value
-
-
-def check_datasets(source: str | None = None) -> list[str]:
+def fetch_datasets(source: str | None = None) -> list[str]:
     """With real data, make sure every course dataset is on disk (downloading it if needed)
     before any chapter runs; raises DatasetUnavailableError with what to do otherwise.
     Returns the names checked (none with the stand-in)."""
-    if (source or profiles.data_source()) != "real":
+    if (source or run_sizes.data_source()) != "real":
         return []
     for name in data.SPECS:
         for train in (True, False):
@@ -160,19 +149,8 @@ sys.exit(status)
 """
 
 
-def _stop(proc: subprocess.Popen[str]) -> None:
-    """Stop an executing child after Ctrl-C: let it shut its kernel down, then insist."""
-    for send, wait in ((None, 5), (signal.SIGINT, 30), (signal.SIGTERM, 10), (signal.SIGKILL, 10)):
-        if proc.poll() is not None:
-            return
-        if send is not None:
-            proc.send_signal(send)
-        try:
-            proc.communicate(timeout=wait)
-        except subprocess.TimeoutExpired:
-            continue
-        except KeyboardInterrupt:  # a second Ctrl-C: stop waiting politely
-            continue
+# After Ctrl-C the runner has had the same SIGINT: let it shut its kernel down, then insist.
+POLITE_STOP = ((None, 5.0), (signal.SIGINT, 30.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0))
 
 
 def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | None = None,
@@ -185,17 +163,12 @@ def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | 
     NotebookError; Ctrl-C raises KeyboardInterrupt after the kernel is shut down."""
     args = [sys.executable, "-c", _EXECUTE, str(notebook), str(destination), str(log or os.devnull),
             str(timeout), str(notebook.parent)]
-    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        _, err = proc.communicate()
-    except KeyboardInterrupt:
-        _stop(proc)
-        raise
-    if proc.returncode != 0:
-        if proc.returncode < 0 and -proc.returncode == signal.SIGINT:
+    # in the caller's process group, so a terminal's Ctrl-C reaches the runner as well
+    finished = Job([args], env=env, new_session=False).start().wait(math.inf, on_interrupt=POLITE_STOP)
+    if finished.returncode != 0:
+        if finished.returncode < 0 and -finished.returncode == signal.SIGINT:
             raise KeyboardInterrupt
-        raise NotebookError(err.strip() or f"the notebook runner exited with status {proc.returncode}")
+        raise NotebookError(finished.output.strip() or f"the notebook runner exited with status {finished.returncode}")
 
 
 def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
@@ -300,9 +273,9 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     The notebooks' kernels get ``COURSE_PROFILE=profile``, ``COURSE_RESULTS=<run folder>`` and
     ``TQDM_DISABLE=1`` (unless set); this process's ``os.environ`` is left as it was."""
     profile = profile.strip().lower()
-    if profile not in profiles.PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(profiles.PROFILES)}")
-    source_data = data_source(profile)
+    if profile not in run_sizes.PROFILES:
+        raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(run_sizes.PROFILES)}")
+    source_data = run_sizes.data_source(profile)
     root = root.resolve()
     if resume:
         folder = _resume_folder(root, resume, profile)
@@ -319,7 +292,7 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
                  "chapters": [p.stem for p in paths], "notebooks": str(notebooks), "results": {}, "finished": False}
     env = {**os.environ, "COURSE_PROFILE": profile, "COURSE_RESULTS": str(folder)}
     env.setdefault("TQDM_DISABLE", "1")
-    check_datasets(source_data)  # fail in seconds, not once per chapter
+    fetch_datasets(source_data)  # fail in seconds, not once per chapter
     (folder / "notebooks").mkdir(parents=True, exist_ok=True)
     (folder / "figures").mkdir(exist_ok=True)
     (folder / "logs").mkdir(exist_ok=True)
@@ -360,8 +333,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
 
 def main(argv: Sequence[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m helpers.reproduce", description=__doc__.splitlines()[0])
-    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or profiles.DEFAULT_PROFILE,
-                   type=str.lower, choices=profiles.PROFILES)
+    p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or run_sizes.DEFAULT_PROFILE,
+                   type=str.lower, choices=run_sizes.PROFILES)
     p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
     p.add_argument("--out", default="results", help="folder for the timestamped runs")
     p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")

@@ -109,13 +109,13 @@ def _context(fingerprint: dict[str, Any] | None, profile: str | None, data: str 
 
         fingerprint = {**system.fingerprint(), "machine_id": privacy.machine_id()}
     if profile is None:
-        from . import profiles
+        from . import run_sizes
 
-        profile = profiles.current_profile()
+        profile = run_sizes.current_profile()
     if data is None:
-        from . import profiles
+        from . import run_sizes
 
-        data = profiles.data_source()
+        data = run_sizes.data_source()
     versions = dict(fingerprint.get("versions", {})) if isinstance(fingerprint.get("versions"), dict) else {}
     return {"fingerprint": fingerprint, "versions": versions, "profile": profile, "data": data}
 

@@ -18,6 +18,7 @@ import torch
 
 from . import devices
 from .measure import Stats, time_fn
+from .step import train_step
 
 
 def training_step_flops(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
@@ -93,33 +94,30 @@ def phase_times(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Ten
                 warmup: int = 3, device: torch.device | str = "cpu") -> dict[str, Stats]:
     """Time the four phases of a training step (forward, loss, backward, update) separately.
 
-    The device is synchronized after each phase, which is what makes the split honest on
-    a GPU (and costs a little overall speed: use it to see shares, not the total).
+    The step is the course's one (``helpers.step.train_step``); the device is synchronized after
+    each of its phases, which is what makes the split honest on a GPU (and costs a little
+    overall speed: use it to see shares, not the total). Clearing the old gradients counts
+    with backward, as chapter 01 times it.
     """
     if steps < 1:
         raise ValueError("steps must be >= 1")
     model.train()
     names = ("forward", "loss", "backward", "update")
     times: dict[str, list[float]] = {k: [] for k in names}
+    device = torch.device(device)
 
     for step in range(warmup + steps):
-        marks = []
-        devices.synchronize(device)
-        marks.append(time.perf_counter())
-        out = model(inputs)
-        devices.synchronize(device)
-        marks.append(time.perf_counter())
-        loss = loss_fn(out, targets)
-        devices.synchronize(device)
-        marks.append(time.perf_counter())
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        devices.synchronize(device)
-        marks.append(time.perf_counter())
-        optimizer.step()
-        devices.synchronize(device)
-        marks.append(time.perf_counter())
+        clock: dict[str, float] = {}
+
+        def mark(phase: str) -> None:
+            devices.synchronize(device)
+            clock[phase] = time.perf_counter()
+
+        mark("start")
+        train_step(model, optimizer, loss_fn, inputs, targets, device_type=device.type, mark=mark)
         if step >= warmup:
-            for k, a, b in zip(names, marks, marks[1:]):
-                times[k].append(b - a)
+            times["forward"].append(clock["forward"] - clock["zero_grad"])
+            times["loss"].append(clock["loss"] - clock["forward"])
+            times["backward"].append(clock["backward"] - clock["loss"] + clock["zero_grad"] - clock["start"])
+            times["update"].append(clock["update"] - clock["backward"])
     return {k: Stats.of(v) for k, v in times.items()}

@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from . import files, privacy, results
-from .pool import SUBMISSION_FORMAT, SUBMISSION_VERSION
-from .results import Row
+from .results import ResultsFormatError, Row
+
+SUBMISSION_FORMAT = "accelerate-course-submission"
+SUBMISSION_VERSION = 1
 
 
 class SubmitError(ValueError):
@@ -91,6 +93,30 @@ def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, 
     if leaks:  # redact() should have removed them: never write a file that still has one
         raise SubmitError(f"the submission would still contain {', '.join(leaks)}; not written")
     return payload
+
+
+def read_submission(path: Path | str) -> list[Row]:
+    """Rows of a ``make submit`` file (fingerprints stored once, referenced by index)."""
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ResultsFormatError(f"{path.name} is not JSON ({exc.msg})") from None
+    if not isinstance(payload, dict) or payload.get("format") != SUBMISSION_FORMAT:
+        raise ResultsFormatError(f"{path.name} is not a course submission (made by `make submit`)")
+    if payload.get("version") != SUBMISSION_VERSION:
+        raise ResultsFormatError(
+            f"{path.name} is a submission of format version {payload.get('version')!r}; this course reads "
+            f"version {SUBMISSION_VERSION}. Update the course (git pull), or ask for a submission made with it.")
+    fingerprints = payload.get("fingerprints", [])
+    rows = []
+    for d in payload.get("rows", []):
+        d = dict(d)
+        fp = fingerprints[d["fingerprint"]] if isinstance(d.get("fingerprint"), int) else d.get("fingerprint", {})
+        d["fingerprint"] = fp
+        d.setdefault("versions", dict(fp.get("versions", {})))
+        rows.append(results.row_from_dict(d))
+    return rows
 
 
 def find_leaks(text: str, names: dict[str, str] | None = None) -> list[str]:

@@ -7,8 +7,8 @@ in the middle of an epoch, with the same data order, so an interrupted run ends 
 same weights as an uninterrupted one. Ctrl-C (or the notebook's interrupt button)
 finishes the current step and saves a checkpoint before stopping.
 
-Checkpoint files are ``helpers.checkpoints``; measuring variants with the course protocol
-is ``helpers.variants``.
+Each step is the course's one training step (``helpers.step.train_step``); checkpoint files
+are ``helpers.checkpoints``; measuring variants with the course protocol is ``helpers.variants``.
 """
 
 from __future__ import annotations
@@ -20,15 +20,14 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import torch
 from torch import nn
 
 from . import devices
-from .checkpoints import CheckpointError, load_checkpoint, save_checkpoint
-
-LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+from .checkpoints import fresh_progress, restore, save_checkpoint, training_state
+from .step import LossFn, train_step
 
 
 class StopTraining(Exception):
@@ -64,28 +63,58 @@ def set_loader_epoch(loader: Iterable, epoch: int, start: int) -> bool:
         return False
 
 
-def train_step(model: Callable[..., torch.Tensor], optimizer: torch.optim.Optimizer, loss_fn: LossFn,
-               inputs: torch.Tensor | tuple[torch.Tensor, ...], targets: torch.Tensor, *,
-               autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
-               device_type: str = "cpu") -> torch.Tensor:
-    """One training step, the course's one: clear gradients, forward and loss (under autocast when
-    ``autocast_dtype`` is given), backward, update (through ``scaler`` when given). Returns the loss.
+class _CtrlC:
+    """Ctrl-C (or Jupyter's interrupt) as a request: ``requested`` turns True and the training loop
+    stops after the step in flight, with a consistent checkpoint. A second Ctrl-C stops at once.
+    Off the main thread (where no signal handler can be set) it does nothing."""
 
-    ``model`` may be a compiled module; ``inputs`` a tensor or a tuple passed as ``model(*inputs)``.
-    ``train`` (and so every variant run), the DDP loop and the tuner's trials all step through it.
-    """
-    optimizer.zero_grad(set_to_none=True)
-    args = inputs if isinstance(inputs, tuple) else (inputs,)
-    with torch.autocast(device_type=device_type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-        loss = loss_fn(model(*args), targets)
-    if scaler is not None:
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-    else:
-        loss.backward()
-        optimizer.step()
-    return loss
+    def __init__(self) -> None:
+        self.requested = False
+        self._old: Any = None
+
+    def _on_sigint(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> "_CtrlC":
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._on_sigint)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._old is not None:
+            signal.signal(signal.SIGINT, self._old)
+
+
+def _progress_bar(loader: Iterable, epochs: int, max_steps_per_epoch: int | None, desc: str, show: bool) -> Any:
+    """A tqdm.auto bar over every step of the run (its length unknown for a loader without len)."""
+    from tqdm.auto import tqdm
+
+    try:
+        steps_per_epoch: int | None = len(loader)  # type: ignore[arg-type]
+    except TypeError:
+        steps_per_epoch = None
+    if max_steps_per_epoch is not None and steps_per_epoch is not None:
+        steps_per_epoch = min(steps_per_epoch, max_steps_per_epoch)
+    total = steps_per_epoch * epochs if steps_per_epoch is not None else None
+    # tqdm's notebook bar ignores TQDM_DISABLE, so honour it here (CI and committed runs set it)
+    off = not show or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
+    bar = tqdm(total=total, desc=desc, unit="step", disable=off)
+    bar.steps_per_epoch = steps_per_epoch or 0
+    return bar
+
+
+def _epoch_batches(loader: Iterable, epoch: int, skip: int) -> Iterable:
+    """The batches of ``epoch`` from batch ``skip`` on: the sampler skips ahead when it can (the
+    course's loaders), else the first ``skip`` batches are drawn and dropped (same order)."""
+    if not skip:
+        set_loader_epoch(loader, epoch, 0)
+        return iter(loader)
+    batch_size = getattr(loader, "batch_size", None) or 1
+    if set_loader_epoch(loader, epoch, skip * batch_size):
+        return iter(loader)
+    return itertools.islice(iter(loader), skip, None)
 
 
 def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
@@ -112,132 +141,70 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
     model.to(device)
     step_model: nn.Module = model
     if compile:
-        mode = None if compile is True or compile == "default" else str(compile)
-        step_model = torch.compile(model, mode=mode)
+        step_model = torch.compile(model, mode=None if compile is True or compile == "default" else str(compile))
     scaler = torch.amp.GradScaler(device.type) if grad_scaler else None
+    state = fresh_progress()
     result = TrainResult()
-    start_epoch, start_batch, global_step = 0, 0, 0
-    loss_sum = 0.0
-
     if checkpoint is not None and resume and Path(checkpoint).exists():
-        state = load_checkpoint(checkpoint)
-        try:
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as exc:
-            raise CheckpointError(
-                f"Checkpoint {checkpoint} does not fit this model/optimizer ({exc.__class__.__name__}). "
-                "Delete it or use a different checkpoint path."
-            ) from None
-        if scaler is not None and state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"])
-        start_epoch, start_batch, global_step = state["epoch"], state["batch"], state["step"]
-        loss_sum = state.get("loss_sum", 0.0)
-        result.epoch_times = list(state.get("epoch_times", []))
-        result.epoch_losses = list(state.get("epoch_losses", []))
-        result.resumed_from = (start_epoch, start_batch)
+        state = restore(checkpoint, model, optimizer, scaler=scaler, device=device)
+        result.resumed_from = (state["epoch"], state["batch"])
+    # the result's lists are the checkpoint's: resumed epochs included, saved with every snapshot
+    result.epoch_times, result.epoch_losses, result.data_wait = state["epoch_times"], state["epoch_losses"], \
+        state["data_wait"]
 
     def snapshot(epoch: int, batch: int) -> None:
-        if checkpoint is None or not write_checkpoints:
-            return
-        save_checkpoint(checkpoint, {
-            "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler is not None else None,
-            "rng": torch.get_rng_state(), "epoch": epoch, "batch": batch, "step": global_step,
-            "loss_sum": loss_sum, "epoch_times": result.epoch_times, "epoch_losses": result.epoch_losses,
-        })
+        if checkpoint is not None and write_checkpoints:
+            save_checkpoint(checkpoint, training_state(model, optimizer, {**state, "epoch": epoch, "batch": batch},
+                                                       scaler=scaler, device=device))
 
-    try:
-        steps_per_epoch = len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        steps_per_epoch = None
-    if max_steps_per_epoch is not None and steps_per_epoch is not None:
-        steps_per_epoch = min(steps_per_epoch, max_steps_per_epoch)
-    total = steps_per_epoch * epochs if steps_per_epoch is not None else None
-
-    from tqdm.auto import tqdm
-
-    bar_kwargs: dict[str, Any] = {"total": total, "desc": desc, "unit": "step"}
-    # tqdm's notebook bar ignores TQDM_DISABLE, so honour it here (CI and committed runs set it)
-    if not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes"):
-        bar_kwargs["disable"] = True
-    bar = tqdm(**bar_kwargs)
-    bar.update(start_epoch * (steps_per_epoch or 0) + start_batch)
+    bar = _progress_bar(loader, epochs, max_steps_per_epoch, desc, progress)
+    bar.update(state["epoch"] * bar.steps_per_epoch + state["batch"])
     calls = 0
-    epoch, batch = start_epoch, start_batch
-    running = torch.zeros((), device=device)
-    # Ctrl-C (or Jupyter's interrupt) asks for a stop; the current step finishes, a
-    # consistent checkpoint is written, then KeyboardInterrupt is raised. A second Ctrl-C
-    # stops at once (the last periodic checkpoint stays valid).
-    stop_requested = False
-
-    def on_sigint(signum: int, frame: Any) -> None:
-        nonlocal stop_requested
-        if stop_requested:
-            raise KeyboardInterrupt
-        stop_requested = True
-
-    old_handler = None
-    if threading.current_thread() is threading.main_thread():
-        old_handler = signal.signal(signal.SIGINT, on_sigint)
     non_blocking = device.type in ("cuda", "xpu")
-    try:
-        for epoch in range(start_epoch, epochs):
-            model.train()
-            skip = start_batch if epoch == start_epoch else 0
-            if skip:
-                batch_size = getattr(loader, "batch_size", None) or 1
-                iterator: Iterable = (iter(loader) if set_loader_epoch(loader, epoch, skip * batch_size)
-                                      else itertools.islice(iter(loader), skip, None))
-            else:
-                loss_sum = 0.0
-                set_loader_epoch(loader, epoch, 0)
-                iterator = iter(loader)
-            devices.synchronize(device)
-            started = time.perf_counter()
-            running = torch.zeros((), device=device)
-            batch = skip
-            waited = 0.0
-            asked = time.perf_counter()
-            for inputs, targets in iterator:
-                waited += time.perf_counter() - asked
-                if max_steps_per_epoch is not None and batch >= max_steps_per_epoch:
-                    break
-                inputs = inputs.to(device, non_blocking=non_blocking)
-                targets = targets.to(device, non_blocking=non_blocking)
-                loss = train_step(step_model, optimizer, loss_fn, inputs, targets, autocast_dtype=autocast_dtype,
-                                  scaler=scaler, device_type=device.type)
-                running += loss.detach().float()
-                batch += 1
-                global_step += 1
-                calls += 1
-                bar.update(1)
-                if checkpoint_every and global_step % checkpoint_every == 0:
-                    loss_sum_now = loss_sum + float(running)
-                    loss_sum, running = loss_sum_now, torch.zeros((), device=device)
-                    snapshot(epoch, batch)
-                if stop_requested:
-                    loss_sum, running = loss_sum + float(running), torch.zeros((), device=device)
-                    snapshot(epoch, batch)
-                    where = f" (checkpoint saved in {checkpoint})" if checkpoint is not None else ""
-                    raise KeyboardInterrupt(f"training interrupted at epoch {epoch}, batch {batch}{where}")
-                if stop_after is not None and calls >= stop_after:
-                    raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
-                asked = time.perf_counter()
-            devices.synchronize(device)
-            loss_sum += float(running)
-            result.epoch_times.append(time.perf_counter() - started)
-            result.data_wait.append(waited)
-            result.epoch_losses.append(loss_sum / max(1, batch))
-            bar.set_postfix(loss=f"{result.epoch_losses[-1]:.4f}")
-            start_batch = 0
-            snapshot(epoch + 1, 0)
-    finally:
-        if old_handler is not None:
-            signal.signal(signal.SIGINT, old_handler)
-        bar.close()
-    result.steps = global_step
+    with _CtrlC() as ctrl_c:
+        try:
+            for epoch in range(state["epoch"], epochs):
+                model.train()
+                batch = state["batch"] if epoch == state["epoch"] else 0
+                if not batch:
+                    state["loss_sum"] = 0.0
+                batches = _epoch_batches(loader, epoch, batch)
+                devices.synchronize(device)
+                started = asked = time.perf_counter()
+                running = torch.zeros((), device=device)
+                waited = 0.0
+                for inputs, targets in batches:
+                    waited += time.perf_counter() - asked
+                    if max_steps_per_epoch is not None and batch >= max_steps_per_epoch:
+                        break
+                    loss = train_step(step_model, optimizer, loss_fn, inputs.to(device, non_blocking=non_blocking),
+                                      targets.to(device, non_blocking=non_blocking), autocast_dtype=autocast_dtype,
+                                      scaler=scaler, device_type=device.type)
+                    running += loss.detach().float()
+                    batch += 1
+                    state["step"] += 1
+                    calls += 1
+                    bar.update(1)
+                    if checkpoint_every and state["step"] % checkpoint_every == 0 or ctrl_c.requested:
+                        state["loss_sum"] += float(running)
+                        running = torch.zeros((), device=device)
+                        snapshot(epoch, batch)
+                    if ctrl_c.requested:
+                        where = f" (checkpoint saved in {checkpoint})" if checkpoint is not None else ""
+                        raise KeyboardInterrupt(f"training interrupted at epoch {epoch}, batch {batch}{where}")
+                    if stop_after is not None and calls >= stop_after:
+                        raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
+                    asked = time.perf_counter()
+                devices.synchronize(device)
+                state["loss_sum"] += float(running)
+                result.epoch_times.append(time.perf_counter() - started)
+                result.data_wait.append(waited)
+                result.epoch_losses.append(state["loss_sum"] / max(1, batch))
+                bar.set_postfix(loss=f"{result.epoch_losses[-1]:.4f}")
+                snapshot(epoch + 1, 0)
+        finally:
+            bar.close()
+    result.steps = state["step"]
     return result
 
 

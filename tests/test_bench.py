@@ -47,19 +47,20 @@ def test_time_steps_phases_and_flops():
 
 
 class SleepyStep:
-    """Stands in for BenchStep: phase k sleeps ``naps[k]`` seconds, so the true times are known."""
+    """Stands in for BenchStep: phase k of bench.PHASES sleeps ``naps[k]`` seconds, so the true times
+    are known. It marks its phases as BenchStep does: start, copy, then train_step's phases (the
+    loss, counted with forward, takes no time)."""
 
     device = torch.device("cpu")
 
     def __init__(self, naps):
-        self.naps = naps
+        self.naps = dict(zip(bench.PHASES, naps))
 
-    def run(self, marks=None, now=None):
-        clock = now or time.perf_counter
-        marks.append(clock())
-        for nap in self.naps:
-            time.sleep(nap)
-            marks.append(clock())
+    def run(self, mark):
+        mark("start")
+        for phase in ("copy", "zero_grad", "forward", "loss", "backward", "update"):
+            time.sleep(self.naps.get(phase, 0.0))
+            mark(phase)
 
 
 def test_clock_attributes_time_to_the_right_phase():
@@ -173,3 +174,16 @@ def test_command_line(tmp_path):
     assert "skip the Adam step" in help_text and "2024" not in help_text
     proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--models", "lenet"], capture_output=True, text=True)
     assert proc.returncode == 2 and "choose from" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_step_marks_every_phase_and_updates_only_with_an_optimizer():
+    step = bench.BenchStep("alexnet", device=torch.device("cpu"), batch=1, size=64)
+    seen = []
+    before = next(step.net.parameters()).detach().clone()
+    step.run(seen.append)
+    assert seen == ["start", "copy", "zero_grad", "forward", "loss", "backward", "update"]
+    assert not torch.equal(before, next(step.net.parameters()))
+    frozen = bench.BenchStep("alexnet", device=torch.device("cpu"), batch=1, size=64, optimizer=False)
+    before = next(frozen.net.parameters()).detach().clone()
+    frozen.run()
+    assert torch.equal(before, next(frozen.net.parameters())) and next(frozen.net.parameters()).grad is not None

@@ -1,12 +1,13 @@
 """Tests of helpers.checkpoints: the round trip, loading with ``weights_only=True``, one clear
-error for a damaged or foreign file, and atomic saves (a failed save leaves the previous
-checkpoint as it was). Resuming training from a checkpoint is tested in test_training.py."""
+error for a damaged or foreign file, atomic saves (a failed save leaves the previous
+checkpoint as it was), and the one format every training loop writes (portable model weights,
+random state, progress). Resuming training from a checkpoint is tested in test_training.py."""
 
 import pytest
 import torch
 from torch import nn
 
-from helpers import checkpoints
+from helpers import checkpoints, models
 
 
 def training_state():
@@ -90,3 +91,75 @@ def test_truncated_and_non_dict_checkpoints_name_the_file_and_what_to_do(tmp_pat
     with pytest.raises(FileNotFoundError):  # a missing file is not a damaged one: the caller starts afresh
         checkpoints.load_checkpoint(tmp_path / "missing.pt")
     assert issubclass(checkpoints.CheckpointError, RuntimeError)
+
+
+# ----- the course's one format ----------------------------------------------------------------
+
+def test_training_state_is_portable_and_restores_model_optimizer_and_progress(tmp_path):
+    model = models.book_cnn("fashionmnist")
+    wrapped = torch.nn.Module()
+    wrapped.module = model  # what DDP looks like to state_dict(): keys start with "module."
+    assert next(iter(wrapped.state_dict())).startswith("module.")
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 1, 28, 28)).sum().backward()
+    opt.step()
+    progress = {**checkpoints.fresh_progress(), "epoch": 1, "step": 8, "epoch_times": [1.0], "data_wait": [0.1],
+                "epoch_losses": [2.0]}
+    state = checkpoints.training_state(wrapped, opt, progress)
+    assert state["format"] == checkpoints.FORMAT and state["scaler"] is None
+    assert not any(k.startswith("module.") for k in state["model"])
+    assert set(checkpoints.PROGRESS_KEYS) | {"format", "model", "optimizer", "scaler", "rng"} == set(state)
+    path = checkpoints.save_checkpoint(tmp_path / "c.pt", state)
+    fresh = models.book_cnn("fashionmnist")
+    fresh.load_state_dict(checkpoints.load_checkpoint(path)["model"])  # no renaming
+    opt2 = torch.optim.Adam(fresh.parameters())
+    resumed = checkpoints.restore(path, fresh, opt2)
+    assert resumed["resumed_from"] == [1, 0] and resumed["step"] == 8 and resumed["data_wait"] == [0.1]
+    assert resumed["epoch_losses"] == [2.0] and resumed["epoch_times"] == [1.0]
+    assert opt2.state_dict()["state"][0]["step"] == 1
+    old = {k: v for k, v in state.items() if k != "data_wait"}  # a checkpoint without data-wait statistics
+    torch.save(old, path)
+    assert checkpoints.restore(path, fresh, opt2)["data_wait"] == [0.0]
+
+
+def test_restore_refuses_a_checkpoint_of_another_model(tmp_path):
+    small = nn.Linear(3, 2)
+    path = checkpoints.save_checkpoint(tmp_path / "c.pt", checkpoints.training_state(
+        small, torch.optim.SGD(small.parameters(), lr=0.1), checkpoints.fresh_progress()))
+    other = nn.Linear(4, 2)
+    with pytest.raises(checkpoints.CheckpointError, match="does not fit this model/optimizer"):
+        checkpoints.restore(path, other, torch.optim.SGD(other.parameters(), lr=0.1))
+
+
+def test_compiled_and_wrapped_models_save_their_plain_weights():
+    model = nn.Linear(3, 2)
+    outer = nn.Module()
+    outer.module = nn.Module()
+    outer.module._orig_mod = model  # DDP around torch.compile: module._orig_mod
+    assert checkpoints.plain_module(outer) is model
+    assert checkpoints.plain_module(model) is model
+
+
+def test_the_scaler_state_goes_into_the_checkpoint_and_comes_back(tmp_path):
+    model = nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = torch.amp.GradScaler("cpu", init_scale=128.0)
+    path = checkpoints.save_checkpoint(tmp_path / "s.pt", checkpoints.training_state(
+        model, opt, checkpoints.fresh_progress(), scaler=scaler))
+    again = torch.amp.GradScaler("cpu")
+    assert again.get_scale() == 65536.0
+    checkpoints.restore(path, model, opt, scaler=again)
+    assert again.get_scale() == 128.0
+
+
+def test_rng_state_round_trip_and_device_part():
+    cpu = torch.device("cpu")
+    state = checkpoints.rng_state(cpu)
+    assert state["device_type"] == "cpu" and state["device"] is None
+    first = torch.rand(4)
+    checkpoints.set_rng_state(state, cpu)
+    assert torch.equal(torch.rand(4), first)  # the same random stream again
+    foreign = {**state, "device_type": "cuda", "device": torch.zeros(8, dtype=torch.uint8)}
+    torch.rand(3)
+    checkpoints.set_rng_state(foreign, torch.device("meta"))  # another device kind: its part is not applied
+    assert torch.equal(torch.rand(4), first)

@@ -1,7 +1,12 @@
 import io
+import os
+import signal
+import subprocess
 import sys
 import textwrap
+import time
 
+import psutil
 import pytest
 
 from helpers import children
@@ -96,3 +101,44 @@ def test_kill_group_kills_the_child_and_what_it_started():
     proc.stdout.close()
     children.kill_group(proc)  # an ended child: nothing to kill, no error
     assert proc.returncode == -9
+
+
+def test_stop_leaves_finished_processes_alone_and_stops_the_rest(monkeypatch):
+    """A launcher that already exited gets no signal and costs no wait for the grace period;
+    a live one beside it is still stopped, by SIGTERM to its process group."""
+    signalled = []
+    real_killpg = os.killpg
+    monkeypatch.setattr(children.os, "killpg", lambda pgid, sig: signalled.append((pgid, sig)) or real_killpg(pgid, sig))
+    done = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    done.wait()
+    start = time.perf_counter()
+    children.stop([done], ((signal.SIGTERM, 10), (signal.SIGKILL, 10)))
+    assert signalled == [] and done.returncode == 0 and time.perf_counter() - start < 5
+    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    start = time.perf_counter()
+    children.stop([done, running], ((signal.SIGTERM, 10), (signal.SIGKILL, 10)))
+    assert signalled == [(running.pid, signal.SIGTERM)] and done.returncode == 0
+    assert running.poll() is not None and not psutil.pid_exists(running.pid)
+    assert time.perf_counter() - start < 5  # SIGTERM stopped it: no SIGKILL after the 10 s grace
+
+
+def test_job_merges_output_reports_the_first_failure_and_stops_the_others_after_grace():
+    ok = [sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr)"]
+    failing = [sys.executable, "-c", "import sys; sys.exit(4)"]
+    sleeper = [sys.executable, "-c", "import time; time.sleep(60)"]
+    done = children.Job([ok]).start().wait(timeout=60)
+    assert done.returncode == 0 and "out" in done.output and "err" in done.output and done.seconds < 60
+    start = time.perf_counter()
+    mixed = children.Job([sleeper, failing]).start().wait(timeout=60, grace=1)
+    assert mixed.returncode != 0 and time.perf_counter() - start < 30  # the sleeper was stopped after 1 s
+    with pytest.raises(ValueError):
+        children.Job([])
+
+
+def test_job_timeout_stops_everything_and_keeps_the_output():
+    talker = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    job = children.Job([talker]).start()
+    with pytest.raises(children.JobTimeout, match="did not finish within 2 s") as caught:
+        job.wait(timeout=2)
+    assert "started" in caught.value.output
+    assert all(p.poll() is not None for p in job.procs)

@@ -1,5 +1,6 @@
 """helpers.ddp_training: the learning-rate warm-up, the training loop, collectives' payloads (on the
-training device, float32), portable checkpoints and random state, and evaluation shared by all ranks."""
+training device, float32), and evaluation shared by all ranks. (Its checkpoints are the course's one
+format: tests/test_checkpoints.py.)"""
 
 import ast
 import inspect
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from helpers import ddp_training as T
-from helpers import distributed, models, ranks
+from helpers import checkpoints, distributed, models, ranks
 
 COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "gather", "scatter",
                "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv")
@@ -54,9 +55,9 @@ def test_train_ddp_applies_the_warmup_to_every_step_and_resumes_it():
     model = torch.nn.Linear(3, 2)
     opt = _RecordingSGD(model.parameters(), lr=lr_at(0))
     done = T.train_ddp(model, _tiny_loader(), opt, epochs=2, device=torch.device("cpu"),
-                       progress=T.fresh_progress(), lr_at=lr_at)
+                       progress=checkpoints.fresh_progress(), lr_at=lr_at)
     assert done["step"] == 6 and opt.used == pytest.approx([0.01, 0.0175, 0.025, 0.0325, 0.04, 0.04])
-    resumed = {**T.fresh_progress(), "epoch": 1, "step": 3}  # as resume_from returns it after epoch 0
+    resumed = {**checkpoints.fresh_progress(), "epoch": 1, "step": 3}  # as restore returns it after epoch 0
     opt2 = _RecordingSGD(model.parameters(), lr=0.0)
     T.train_ddp(model, _tiny_loader(), opt2, epochs=2, device=torch.device("cpu"), progress=resumed, lr_at=lr_at)
     assert opt2.used == pytest.approx([0.0325, 0.04, 0.04])  # the schedule goes on from step 3
@@ -140,50 +141,6 @@ def test_no_collective_bypasses_the_audited_functions():
                 if owner != "comm" or "comm" not in params:
                     problems.append(f"{where}.{fn.name}() calls {owner}.{f.attr} directly (line {call.lineno})")
     assert not problems, "; ".join(problems)
-
-
-# ----- checkpoints and random state ------------------------------------------------------------
-
-def test_checkpoint_is_portable_and_resumable(tmp_path):
-    from torch.nn.parallel import DistributedDataParallel  # noqa: F401  (only the prefix matters here)
-
-    model = models.book_cnn("fashionmnist")
-    wrapped = torch.nn.Module()
-    wrapped.module = model  # what DDP looks like to state_dict(): keys start with "module."
-    assert next(iter(wrapped.state_dict())).startswith("module.")
-    opt = torch.optim.Adam(model.parameters())
-    model(torch.randn(2, 1, 28, 28)).sum().backward()
-    opt.step()
-    progress = {**T.fresh_progress(), "epoch": 1, "step": 8, "epoch_times": [1.0], "data_wait": [0.1],
-                "epoch_losses": [2.0]}
-    state = T.checkpoint_state(wrapped, opt, torch.device("cpu"), progress)
-    assert not any(k.startswith("module.") for k in state["model"])
-    assert {"optimizer", "rng", "epoch", "batch", "step", "data_wait", "epoch_times"} <= set(state)
-    path = tmp_path / "c.pt"
-    torch.save(state, path)
-    fresh = models.book_cnn("fashionmnist")
-    fresh.load_state_dict(torch.load(path, weights_only=True)["model"])  # no renaming
-    opt2 = torch.optim.Adam(fresh.parameters())
-    resumed = T.resume_from(path, fresh, opt2, torch.device("cpu"))
-    assert resumed["resumed_from"] == [1, 0] and resumed["step"] == 8 and resumed["data_wait"] == [0.1]
-    assert opt2.state_dict()["state"][0]["step"] == 1
-
-    old = {k: v for k, v in state.items() if k != "data_wait"}  # a checkpoint without data-wait statistics
-    torch.save(old, path)
-    assert T.resume_from(path, fresh, opt2, torch.device("cpu"))["data_wait"] == [0.0]
-
-
-def test_rng_state_round_trip_and_device_part():
-    cpu = torch.device("cpu")
-    state = T.rng_state(cpu)
-    assert state["device_type"] == "cpu" and state["device"] is None
-    first = torch.rand(4)
-    T.set_rng_state(state, cpu)
-    assert torch.equal(torch.rand(4), first)  # the same random stream again
-    foreign = {**state, "device_type": "cuda", "device": torch.zeros(8, dtype=torch.uint8)}
-    torch.rand(3)
-    T.set_rng_state(foreign, torch.device("meta"))  # another device kind: its part is not applied (nor needed)
-    assert torch.equal(torch.rand(4), first)
 
 
 # ----- evaluation on every rank ----------------------------------------------------------------

@@ -327,8 +327,8 @@ def test_init_process_group_under_torchrun_uses_a_store_prefix_per_restart(monke
 
 
 def test_user_errors_are_the_ones_a_user_can_fix():
-    from helpers import checkpoints, data, devices, profiles
+    from helpers import checkpoints, data, devices, run_sizes
 
     assert set(D.user_errors()) == {D.DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError,
-                                    checkpoints.CheckpointError, profiles.ProfileError}
+                                    checkpoints.CheckpointError, run_sizes.ProfileError}
     assert issubclass(D.JoinError, D.user_errors())  # a rank that could not join reports it itself

@@ -201,25 +201,6 @@ def test_ctrl_c_stops_the_whole_job(tmp_path):
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
 
 
-def test_stop_processes_of_finished_jobs_is_harmless(monkeypatch):
-    """A launcher that already exited gets no signal and costs no wait for the grace period;
-    a live one beside it is still stopped, by SIGTERM to its process group."""
-    signalled = []
-    real_killpg = os.killpg
-    monkeypatch.setattr(L.os, "killpg", lambda pgid, sig: signalled.append((pgid, sig)) or real_killpg(pgid, sig))
-    done = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    done.wait()
-    start = time.perf_counter()
-    L.stop_processes([done], grace=10)
-    assert signalled == [] and done.returncode == 0 and time.perf_counter() - start < 5
-    running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
-    start = time.perf_counter()
-    L.stop_processes([done, running], grace=10)
-    assert signalled == [(running.pid, signal.SIGTERM)] and done.returncode == 0
-    assert running.poll() is not None and not psutil.pid_exists(running.pid)
-    assert time.perf_counter() - start < 5  # SIGTERM stopped it: no SIGKILL after the 10 s grace
-
-
 def test_run_job_retries_when_the_ranks_could_not_connect(tmp_path):
     counter = tmp_path / "attempts"
     flaky = [sys.executable, "-c", textwrap.dedent(f"""\

@@ -38,7 +38,7 @@ def test_pool_three_synthetic_submissions_and_a_real_smoke_run(tmp_path, monkeyp
             write_submission("submission-c.json", synthetic_rows(3, 16, gpu="NVIDIA H100", slow=1.9, noisy=True))]
     run = real_smoke_run(tmp_path, monkeypatch)
     real_sub, payload = submit.submit(run, out=tmp_path / "submission-real.json")
-    assert payload["version"] == pool.SUBMISSION_VERSION and payload["rows"]
+    assert payload["version"] == submit.SUBMISSION_VERSION and payload["rows"]
     rows = pool.load(subs + [real_sub])
     index = pool.write_index(rows, tmp_path / "P")
     text = index.read_text()

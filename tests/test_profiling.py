@@ -13,8 +13,8 @@ def test_operator_shares_of_book_cnn():
     assert any("conv" in n for n in names) and any("max_pool" in n for n in names)
     shares = table.column("share %")
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 100.0001
-    assert 0 < profiling.share_of(table, "conv") <= 100
-    assert profiling.share_of(table, "no-such-op") == 0
+    conv = sum(row["share %"] for row in table.as_dicts() if "conv" in row["operator"])
+    assert 0 < conv < 100  # convolutions take part of the forward pass, not all of it
 
 
 def test_quiet_kineto_is_scoped(monkeypatch):

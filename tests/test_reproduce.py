@@ -93,7 +93,7 @@ def test_real_data_missing_fails_before_any_chapter(tmp_path, monkeypatch, capsy
     assert info.value.code == 2 and "COURSE_DATA=standin" in capsys.readouterr().err
     assert not (tmp_path / "r").exists() or not any((tmp_path / "r").iterdir())  # nothing half-made
     monkeypatch.setenv("COURSE_DATA", "standin")
-    assert reproduce.check_datasets() == []
+    assert reproduce.fetch_datasets() == []
     assert nbs.exists()
 
 

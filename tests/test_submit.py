@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from helpers import pool, privacy, results, submit
+from helpers import privacy, results, submit
 
 def test_submission_leaks_no_user_host_or_path(fake_names, synthetic_rows, write_submission):
     rows = synthetic_rows(1, 2)
@@ -24,7 +24,7 @@ def test_submission_leaks_no_user_host_or_path(fake_names, synthetic_rows, write
     assert set(submit.find_leaks("alice was in /tmp/x", fake_names)) == {"user", "a path"}
     assert "No user name, host name or path" in payload["contents"]
     assert len(payload["fingerprints"]) == 2 and payload["rows"][0]["fingerprint"] == 0
-    back = pool.read_submission(write_submission("submission-x.json", rows))
+    back = submit.read_submission(write_submission("submission-x.json", rows))
     assert [(r.variant, r.metric, r.median) for r in back] == [(r.variant, r.metric, r.median) for r in rows]
     with pytest.raises(submit.SubmitError, match="no result rows"):
         submit.pack([], fake_names)

@@ -132,24 +132,6 @@ def test_data_wait_measures_a_slow_loader():
     assert res.data_wait[0] >= 0.08 and res.data_wait[0] <= res.epoch_times[0]
 
 
-def test_train_step_is_one_update_with_optional_autocast_and_scaler():
-    torch.manual_seed(0)
-    model = torch.nn.Linear(4, 3)
-    opt = torch.optim.SGD(model.parameters(), lr=0.5)
-    x, y = torch.randn(16, 4), torch.randint(0, 3, (16,))
-    loss_fn = torch.nn.CrossEntropyLoss()
-    before = model.weight.detach().clone()
-    first = training.train_step(model, opt, loss_fn, x, y)
-    assert not torch.equal(before, model.weight)  # the update happened
-    second = training.train_step(model, opt, loss_fn, (x,), y)  # a tuple of inputs is unpacked
-    assert second.item() < first.item()
-    bf16 = training.train_step(model, opt, loss_fn, x, y, autocast_dtype=torch.bfloat16)
-    assert bf16.dtype == torch.float32  # cross-entropy runs in fp32 under autocast
-    scaler = torch.amp.GradScaler("cpu", init_scale=8.0)
-    training.train_step(model, opt, loss_fn, x, y, scaler=scaler)
-    assert scaler.get_scale() == 8.0  # finite gradients: the scale stays
-
-
 def test_set_loader_epoch_tells_the_sampler_and_says_whether_it_can_skip():
     from torch.utils.data import DistributedSampler, TensorDataset
 

@@ -37,8 +37,10 @@ def confirmation_line(report: dict[str, Any]) -> str:
     if conf.get("word") == "not confirmed":
         return f"Not confirmed: {conf.get('reason', '')}"
     name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")
+    interval = (f"no interval: {conf['reason']}" if conf.get("reason")
+                else f"95% interval {conf['low']:.2f}-{conf['high']:.2f}")
     return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a fresh process-held "
-            f"model: {conf['ratio']:.2f}x (95% interval {conf['low']:.2f}-{conf['high']:.2f}): {conf['word']}.")
+            f"model: {conf['ratio']:.2f}x ({interval}): {conf['word']}.")
 
 
 def table(report: dict[str, Any]) -> Table:
@@ -139,6 +141,9 @@ def summary(report: dict[str, Any]) -> str:
     lines = [str(table(report)), ""]
     for s in report["skipped"]:
         lines.append(f"skipped {s['label']}: {s['reason']}")
+    by_budget = sum(str(s["reason"]).startswith("budget") for s in report["skipped"])
+    if by_budget:
+        lines.append(f"{by_budget} lever setting(s) skipped for lack of budget: give --budget more seconds to try them.")
     lines.append("")
     lines.append(confirmation_line(report))
     if busy_note(report):
@@ -249,15 +254,18 @@ def explain(report: dict[str, Any]) -> list[str]:
         sp = t["speedup"] or 0.0
         line = (f"{t['label']}: {sp:.2f}x in its one search trial (step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms, "
                 f"warm-up {t['warmup_s']:.1f} vs {base['warmup_s']:.1f} s)")
-        line += "; confirmed as part of the recommendation." if kind in won and best["levers"].get(kind) == t["levers"][kind] \
-            else "; not confirmed, so no conclusion."
+        in_best = kind in won and best["levers"].get(kind) == t["levers"][kind]
+        alone = in_best and len(best["levers"]) == 1
+        line += ("; confirmed: it is the recommendation." if alone else
+                 "; part of the confirmed combination (its own share rests on this one search trial)." if in_best
+                 else "; not confirmed, so no conclusion.")
         if kind == "compile":
             be = break_even_steps(base, t)
             line += (f" If its faster steps hold, it pays for its compile after about {be:,.0f} steps." if be is not None
                      else " Its steady steps were not faster, so its compile time would never be paid back.")
         elif kind == "batch":
             line += f" Accuracy guard: {BATCH_NOTE}."
-        elif kind == "autocast" and kind in won:
+        elif kind == "autocast" and alone:
             line += _autocast_note(t, sp, report["device"])
         out.append(line)
     return out

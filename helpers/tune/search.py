@@ -31,198 +31,25 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import children, devices, measure, system
+from .. import children, devices, measure
 from . import report as tune_report
-from .trial import ModelSpecError, Workload, load_workload
+from .levers import DEFAULT_COMPILE_S, KINDS, label, plan_levers  # noqa: F401  (KINDS: chapter 13)
+from .sessions import ChildSession, Runner, RunnerSession, Session, SessionFactory, subprocess_runner
+from .trial import ModelSpecError, TuneError, load_workload
 
 
 FORMAT_VERSION = 2
-KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "ipex", "compile")
-DEFAULT_COMPILE_S = {"cpu": 45.0, "cuda": 60.0}
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
 MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
 BATCH_GUARD = ("untested: the batch lever repeats your one batch, so its loss equals the baseline's by "
                "construction; check accuracy on your real data")
-
-Runner = Callable[[dict[str, Any], float], dict[str, Any]]
-
-
-class Session(Protocol):
-    """Long-lived trial processes, one per name, that answer one trial request at a time."""
-
-    def ask(self, name: str) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
-
-
-SessionFactory = Callable[[dict[str, dict[str, Any]], float], Session]
-
-
-class TuneError(RuntimeError):
-    """Something the reader can fix (bad model file, unknown device, failing baseline)."""
-
-
-def label(levers: dict[str, Any]) -> str:
-    """Short name of a set of levers, e.g. ``'bf16 + compile:default'`` (``'baseline'`` when empty)."""
-    if not levers:
-        return "baseline"
-    parts = []
-    for kind in KINDS:
-        if kind not in levers:
-            continue
-        value = levers[kind]
-        parts.append({"threads": f"threads={value}", "omp": f"omp:{value}", "channels_last": "channels_last",
-                      "optimizer": f"opt:{value}", "autocast": str(value),
-                      "batch": f"batch x{value}", "ipex": "ipex", "compile": f"compile:{value}"}[kind])
-    return " + ".join(parts)
-
-
-def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | None = None,
-                topo: system.Topology | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The single-lever trials worth trying for this model and device, and those skipped (with why).
-
-    Returns ``(candidates, skipped)``: candidates are lever dicts, cheapest first (compilation
-    last); skipped entries are ``{"levers", "label", "reason"}``.
-    """
-    unknown = set(kinds or ()) - set(KINDS)
-    if unknown:
-        raise TuneError(f"unknown lever kind(s) {sorted(unknown)}; choose from {', '.join(KINDS)}")
-    wanted = set(kinds) if kinds else set(KINDS)
-    cands: list[dict[str, Any]] = []
-    skipped: list[dict[str, Any]] = []
-
-    def skip(levers: dict[str, Any], reason: str) -> None:
-        skipped.append({"levers": levers, "label": label(levers), "reason": reason})
-
-    cpu = device.type == "cpu"
-    if "threads" in wanted or "omp" in wanted:
-        topo = topo or system.topology()
-        if not cpu:
-            skip({"threads": "n"}, f"thread count and OpenMP placement matter for CPU training; this run is on {device.type}")
-        else:
-            if "threads" in wanted:
-                if topo.logical_cores > 1:
-                    cands.append({"threads": 1})
-                if 1 < topo.physical_cores < topo.logical_cores:
-                    cands.append({"threads": topo.physical_cores})
-            if "omp" in wanted:
-                cands.append({"omp": "gnu-bound"})
-                if system.intel_openmp_library() is not None:
-                    cands.append({"omp": "intel"})
-                else:
-                    skip({"omp": "intel"}, "Intel OpenMP is not installed (pip install intel-openmp)")
-    if "channels_last" in wanted:
-        if work.input_dims == 4:
-            cands.append({"channels_last": True})
-        else:
-            skip({"channels_last": True}, f"inputs are {work.input_dims}-D; channels-last applies to 4-D (N, C, H, W) batches")
-    if "optimizer" in wanted:
-        cands += [{"optimizer": "foreach"}, {"optimizer": "fused"}]
-    if "autocast" in wanted:
-        supported = devices.autocast_dtypes(device)
-        for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
-            if dtype in supported:
-                cands.append({"autocast": name})
-            else:
-                skip({"autocast": name}, f"torch.autocast on {device.type} does not support {name} here")
-    if "batch" in wanted:
-        if work.batch_size >= 1 and work.input_dims >= 1:
-            cands += [{"batch": 2}, {"batch": 4}]
-    if "ipex" in wanted:
-        _plan_ipex(device, cands, skip)
-    if "compile" in wanted:
-        _plan_compile(device, cands, skip)
-    return cands, skipped
-
-
-def _plan_ipex(device: torch.device, cands: list[dict[str, Any]], skip: Callable[..., None]) -> None:
-    from .. import ipex_support  # noqa: PLC0415  (reads package metadata only)
-
-    status = ipex_support.status()
-    if device.type != "cpu":
-        skip({"ipex": True}, f"the course uses IPEX on the CPU; on {device.type} use torch.compile instead")
-    elif not status["compatible"]:
-        skip({"ipex": True}, str(status["message"]))
-    else:
-        cands.append({"ipex": True})
-
-
-def _plan_compile(device: torch.device, cands: list[dict[str, Any]], skip: Callable[..., None]) -> None:
-    if device.type == "cpu" and not (shutil.which("gcc") or shutil.which("g++") or shutil.which("cc")):
-        skip({"compile": "default"}, "torch.compile on the CPU needs a C++ compiler (install gcc)")
-        return
-    cands.append({"compile": "default"})
-    if device.type == "cuda":
-        cands.append({"compile": "reduce-overhead"})
-    else:
-        skip({"compile": "reduce-overhead"}, "reduce-overhead adds CUDA graphs, which exist on CUDA only; elsewhere it equals default")
-    cands.append({"compile": "max-autotune"})
-
-
-def child_env(levers: dict[str, Any], topo: system.Topology | None = None) -> dict[str, str]:
-    """Environment variables a trial's child process gets for its thread levers."""
-    env: dict[str, str] = {}
-    threads = levers.get("threads")
-    if levers.get("omp"):
-        topo = topo or system.topology()
-        env.update(system.openmp_env(levers["omp"], int(threads or topo.physical_cores), topo))
-    elif threads:
-        env["OMP_NUM_THREADS"] = str(threads)
-    return env
-
-
-def _trial_command(levers: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
-    return [sys.executable, "-m", "helpers.tune.trial"], child_env(levers)
-
-
-def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]:
-    """Run one trial in a child process (``helpers.children``); kill it and its compile workers on timeout."""
-    start = time.monotonic()
-    try:
-        with children.Children({"trial": _trial_command(request.get("levers", {}))},
-                               startup_timeout=max(timeout, 1.0)) as kids:
-            return kids.ask("trial", request, timeout=max(1.0, timeout - (time.monotonic() - start)))
-    except children.ChildError as exc:
-        if "within" in str(exc):
-            return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed; the budget could not hold it)"}
-        return {"ok": False, "error": f"the trial process failed: {children.tail(str(exc), 1)[:300]}"}
-
-
-class ChildSession:
-    """The confirmation's processes: one long-lived ``helpers.tune.trial`` child per request."""
-
-    def __init__(self, requests: dict[str, dict[str, Any]], timeout: float) -> None:
-        self.requests, self.timeout = requests, timeout
-        self.kids = children.Children({name: _trial_command(req.get("levers", {})) for name, req in requests.items()},
-                                      startup_timeout=timeout)
-        self.kids.start()
-
-    def ask(self, name: str) -> dict[str, Any]:
-        return self.kids.ask(name, self.requests[name], timeout=self.timeout)
-
-    def close(self) -> None:
-        self.kids.close()
-
-
-class RunnerSession:
-    """A session made of a single-trial runner (tests, or a runner given to ``tune``)."""
-
-    def __init__(self, runner: Runner, requests: dict[str, dict[str, Any]], timeout: float) -> None:
-        self.runner, self.requests, self.timeout = runner, requests, timeout
-
-    def ask(self, name: str) -> dict[str, Any]:
-        return self.runner(self.requests[name], self.timeout)
-
-    def close(self) -> None:
-        pass
 
 
 def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: int, guard_steps: int,
@@ -374,7 +201,6 @@ def confirm(search: _Search, candidate: dict[str, Any], session_factory: Session
     """
     if rounds < 1:
         return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)"}
-    base = search.trials[0]
     per_round = search.confirm_round_s(candidate)
     affordable = int(search.left(reserve=False) // per_round) if per_round > 0 else rounds
     needed = min(rounds, measure.MIN_ROUNDS)

@@ -43,13 +43,17 @@ from torch import nn  # noqa: E402
 
 from .. import devices
 from ..seeds import set_seed
-from ..training import train_step
+from ..step import train_step
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class ModelSpecError(ValueError):
     """A ``FILE.py:FUNC`` that cannot be loaded, or a FUNC that returns the wrong thing."""
+
+
+class TuneError(RuntimeError):
+    """Something the reader can fix (bad model file, unknown device, failing baseline)."""
 
 
 @dataclass
@@ -203,7 +207,7 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
     scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 and dev.type == "cuda" else None
     loss_fn = work.loss_fn
 
-    def step() -> torch.Tensor:  # the course's one training step (helpers.training.train_step)
+    def step() -> torch.Tensor:  # the course's one training step (helpers.step.train_step)
         return train_step(step_model, opt, loss_fn, inputs, targets, autocast_dtype=dtype, scaler=scaler,
                           device_type=dev.type)
 

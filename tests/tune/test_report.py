@@ -117,8 +117,11 @@ def test_explain_each_kind_of_trial(monkeypatch) -> None:
     lines = tune_report.explain(hand_report())
     assert lines[1] == "Recommended: bf16, 1.31x over 100 planned steps (confirmed)."
     by = {ln.split(":")[0].split(" ")[0]: ln for ln in lines[2:]}
-    assert by["bf16"].endswith("; confirmed as part of the recommendation. (this CPU has no native bf16 "
+    assert by["bf16"].endswith("; confirmed: it is the recommendation. (this CPU has no native bf16 "
                                "instructions: a bf16 win here comes from moving half the bytes.)")
+    both = {ln.split(":")[0].split(" ")[0]: ln for ln in tune_report.explain(hand_report({"autocast": "bf16", "batch": 2}))[2:]}
+    # in a confirmed combination each lever's own share rests on its one search trial: no hardware reason given
+    assert both["bf16"].endswith("; part of the confirmed combination (its own share rests on this one search trial).")
     assert by["fp16"] == "fp16 failed and was left out: RuntimeError: no fp16 kernel"
     assert by["batch"].endswith(f"not confirmed, so no conclusion. Accuracy guard: {tune_report.BATCH_NOTE}.")
     # compile: 4 s more warm-up, 2 ms (of 10) saved per step -> even after 2,000 steps
@@ -214,7 +217,7 @@ def test_rescore_break_even_and_explain(model_file: Path, fake_runner) -> None:
     projected = tune_report.rescore(report, 10_000)
     assert projected.column("trial")[0] == "opt:foreach" and projected.column("speed-up (x)")[-1] < 1
     text = " ".join(tune_report.explain(report))
-    assert "Recommended: opt:foreach" in text and "confirmed as part of the recommendation" in text
+    assert "Recommended: opt:foreach" in text and "confirmed: it is the recommendation" in text
     assert "opt:fused: 0.89x in its one search trial" in text and "not confirmed, so no conclusion" in text
     assert tune_report.short_name({"model": "/some/where/m.py:build"}) == "m.py:build"
     assert tune_report.busy_note({"best": {"confirmed": {"reruns": 2}}}).startswith("Note: 2")
@@ -231,3 +234,11 @@ def test_rescore_counts_a_bigger_batch_as_fewer_steps() -> None:
     # break-even per step of the planned batch: the batch trial saves 1 ms a step from the start
     assert tune_report.break_even_steps(hand_report()["baseline"], hand_report()["trials"][3]) == 0.0
     assert tune_report.break_even_steps(hand_report()["baseline"], hand_report()["trials"][2]) is None  # failed
+
+
+def test_the_confirmation_line_gives_the_reason_when_there_is_no_interval_and_budget_skips_are_counted() -> None:
+    few = hand_report(confirmed={"ratio": 1.1, "low": 0.9, "high": 1.3, "word": "no measurable difference", "rounds": 2,
+                                 "reason": "2 rounds cannot give a 95% interval; a verdict needs at least 6"})
+    line = tune_report.confirmation_line(few)
+    assert "no interval: 2 rounds cannot give" in line and "0.90-1.30" not in line
+    assert "1 lever setting(s) skipped for lack of budget" in tune_report.summary(hand_report())

@@ -14,14 +14,10 @@ import time
 from pathlib import Path
 
 import pytest
-import torch
 
 from helpers import results
 from helpers.tune import search as tune
 from helpers.tune import report as tune_report
-from helpers.tune import trial as tune_trial
-
-
 
 
 # --- one clear error -------------------------------------------------------------------------
@@ -37,23 +33,6 @@ def test_tune_and_cli_give_one_clear_error(model_file: Path, tmp_path: Path, cap
 
 
 # --- planning the levers ---------------------------------------------------------------------
-
-def test_plan_levers_skips_what_does_not_apply(model_file: Path) -> None:
-    seq = tune_trial.load_workload(f"{model_file}:build")
-    img = tune_trial.load_workload(f"{model_file}:image")
-    cpu = torch.device("cpu")
-    cands, skipped = tune.plan_levers(seq, cpu)
-    reasons = {s["label"]: s["reason"] for s in skipped}
-    assert {"channels_last": True} not in cands and "4-D" in reasons["channels_last"]
-    assert "CUDA" in reasons["compile:reduce-overhead"]
-    assert {"autocast": "bf16"} in cands and {"batch": 2} in cands
-    kinds = [next(iter(c)) for c in cands]
-    assert kinds.index("compile") > kinds.index("autocast")  # the expensive lever comes last
-    assert {"channels_last": True} in tune.plan_levers(img, cpu)[0]
-    only, _ = tune.plan_levers(img, cpu, kinds=["channels_last", "optimizer"])
-    assert only == [{"channels_last": True}, {"optimizer": "foreach"}, {"optimizer": "fused"}]
-    with pytest.raises(tune.TuneError, match="unknown lever"):
-        tune.plan_levers(img, cpu, kinds=["warp-drive"])
 
 
 def test_make_trial_projects_total_and_guards_loss() -> None:
@@ -118,22 +97,12 @@ def test_budget_is_respected(model_file: Path, fake_runner) -> None:
     assert all(timeout <= 3.6 for _, timeout in runner.calls)  # no child may outlive the budget
 
 
-def test_child_env_sets_the_thread_count() -> None:
-    assert tune.child_env({"threads": 3}) == {"OMP_NUM_THREADS": "3"}
-
-
 def test_failing_baseline_is_one_clear_error(model_file: Path, fake_runner) -> None:
     with pytest.raises(tune.TuneError, match="baseline"):
         tune.tune(f"{model_file}:build", budget=10, runner=fake_runner({}, fail={"baseline": "boom"}), progress=False)
 
 
 # --- real child processes ------------------------------------------------------------------------
-
-def test_child_timeout_kills_the_trial(model_file: Path) -> None:
-    start = time.perf_counter()
-    raw = tune.subprocess_runner({"model": f"{model_file}:slow", "levers": {}, "device": "cpu", "guard_steps": 3}, 2.0)
-    assert not raw["ok"] and "timed out" in raw["error"]
-    assert time.perf_counter() - start < 15
 
 
 def test_end_to_end_non_image_model(model_file: Path, tmp_path: Path) -> None:
@@ -227,14 +196,3 @@ def test_batch_lever_is_untested_by_the_guard() -> None:
     assert t["guard"].startswith("untested")
 
 
-def test_child_session_keeps_two_trial_processes_taking_turns(model_file: Path) -> None:
-    req = {"model": f"{model_file}:build", "device": "cpu", "guard_steps": 2, "repeats": 1, "block_s": 0.001}
-    session = tune.ChildSession({"baseline": {**req, "levers": {}},
-                                 "candidate": {**req, "levers": {"optimizer": "foreach", "threads": 1}}}, timeout=120)
-    try:
-        a, b, a2 = session.ask("baseline"), session.ask("candidate"), session.ask("baseline")
-    finally:
-        session.close()
-    assert a["ok"] and b["ok"] and a2["ok"]
-    assert b["threads"] == 1  # the candidate's process got its lever's environment
-    assert a["first_loss"] == a2["first_loss"]  # every request is a fresh seeded model

@@ -1,9 +1,12 @@
-import json
+"""helpers.doctor.checks: each check judges made-up facts -- every status, the fix it names -- and
+``judge`` runs them all."""
+
 import math
 
 import pytest
 
-from helpers import doctor, parity
+from helpers import parity
+from helpers.doctor import checks as doctor
 
 
 def statuses(check):
@@ -35,14 +38,6 @@ def test_pins_each_status():
     core = [{"name": "torch", "spec": "==2.8.0", "installed": None, "matches": False}]
     assert doctor.check_pins(core).status == "fail" and "make setup" in doctor.check_pins(core).fix
     assert doctor.check_pins([]).status == "warn"
-
-
-def test_pins_are_read_from_installed_metadata():
-    pins = doctor.pinned_requirements()
-    names = {p["name"] for p in pins}
-    assert {"torch", "torchvision", "nni"} <= names and "pytest" not in names  # extras are not base pins
-    assert all(p["spec"].startswith("==") for p in pins)
-    assert doctor.pinned_requirements("no-such-distribution-xyz") == []
 
 
 def test_torch_build_and_devices():
@@ -121,76 +116,15 @@ def test_parity_checks():
     assert "no kernel image" in checks[2].message
 
 
-def fake_facts(**over):
-    facts = {
-        "python": {"version": [3, 11, 7], "requires": ">=3.11,<3.12", "prefix": "/env", "course_env": True},
-        "pins": [{"name": "torch", "spec": "==2.8.0", "installed": "2.8.0", "matches": True}],
-        "torch": {"version": "2.8.0", "cuda": None, "xpu": False},
-        "fingerprint": {"cpu_model": "Fake CPU", "sockets": 1, "physical_cores": 4, "logical_cores": 8,
-                        "numa_nodes": 1, "openmp": ["libgomp.so.1"], "versions": {"nni": "3.0", "torch-pruning": "1.6.1"}},
-        "isa": {"avx2": True, "avx512": False, "native_bf16": False, "amx": False},
-        "devices": [{"name": "cpu", "description": "cpu"}], "accelerators": [],
-        "ipex": {"installed": None}, "imports": {"nni": None, "torch_pruning": None},
-        "allocators": {"jemalloc": None, "tcmalloc": None}, "mpirun": (None, None), "kernel": {"same_env": True},
-        "datasets": {"source": "standin", "cached": {"cifar10": False}, "online": None},
-        "memory": {"available": 8 * 2**30, "total": 16 * 2**30}, "disk": {"results": 100 * 2**30}, "parity": [],
-    }
-    facts.update(over)
-    return facts
-
-
-def test_judge_and_exit_status_from_faked_findings(tmp_path):
+def test_judge_runs_every_check_on_faked_findings(fake_facts):
     checks = doctor.judge(fake_facts())
     names = [c.name for c in checks]
     for expected in ("python", "pins", "torch build", "device cpu", "cpu", "instruction sets", "openmp", "ipex",
                      "nni + torch-pruning", "allocators", "mpirun", "jupyter kernel", "datasets", "memory", "disk",
                      "parity"):
         assert expected in names
-    assert doctor.exit_status(checks) == 0
     low = doctor.judge(fake_facts(memory={"available": 2**28, "total": 2**30}))
-    assert doctor.exit_status(low) == 1
-    # a faked run writes the documented doctor.json shape
-    checks, payload, path = doctor.run(tmp_path / "doctor.json", facts=fake_facts())
-    saved = json.loads(path.read_text())
-    assert set(saved) >= {"version", "fingerprint", "checks"} and saved["version"] == doctor.DOCTOR_VERSION
-    assert saved["fingerprint"]["cpu_model"] == "Fake CPU" and len(saved["fingerprint"]["machine_id"]) == 16
-    assert all(set(c) == {"name", "status", "message", "fix"} and c["status"] in doctor.STATUSES
-               for c in saved["checks"])
-    text = doctor.format_checks(checks)
-    assert "[WARN] mpirun" in text and "fix: Debian" in text and text.splitlines()[-1] == f"{len(checks) - 3} ok, 3 warning(s), 0 failure(s)"
+    assert any(c.status == "fail" for c in low)
     # torch broken: only the first checks, and a failure
     broken = doctor.judge({"python": fake_facts()["python"], "pins": [], "torch": {"error": "ImportError: x"}})
-    assert [c.name for c in broken] == ["python", "pins", "torch build"] and doctor.exit_status(broken) == 1
-
-
-def test_real_doctor_run(tmp_path, capsys):
-    code = doctor.main(["--out", str(tmp_path / "doctor.json"), "--no-imports", "--parity-steps", "2"])
-    out = capsys.readouterr().out
-    saved = json.loads((tmp_path / "doctor.json").read_text())
-    assert code == doctor.exit_status([doctor.Check(**c) for c in saved["checks"]])
-    assert code == 0  # the machine that runs the tests can run the course
-    for name in ("python", "pins", "torch build", "cpu", "instruction sets", "openmp", "ipex", "memory", "disk"):
-        assert any(c["name"] == name for c in saved["checks"]), name
-        assert f"] {name}" in out
-    from helpers import system
-
-    assert saved["fingerprint"]["physical_cores"] == system.topology().physical_cores and "wrote" in out
-
-
-def test_gather_collects_this_machines_facts(monkeypatch):
-    import sys
-
-    import torch
-
-    from helpers import system
-
-    monkeypatch.setenv("COURSE_DATA", "standin")  # no network probe for missing real data sets
-    facts = doctor.gather(parity_steps=1, imports=False)
-    assert facts["python"]["version"] == list(sys.version_info[:3]) and facts["python"]["prefix"] == sys.prefix
-    assert facts["torch"]["version"] == torch.__version__ and facts["torch"]["cuda"] == torch.version.cuda
-    assert facts["fingerprint"]["physical_cores"] == system.topology().physical_cores
-    assert facts["devices"][0]["name"] == "cpu" and len(facts["parity"]) == len(facts["accelerators"])
-    assert facts["datasets"]["source"] == "standin" and facts["datasets"]["online"] is None
-    assert facts["imports"] is None  # not tried
-    assert 0 < facts["memory"]["available"] <= facts["memory"]["total"]
-    assert [c.name for c in doctor.judge(facts)][:3] == ["python", "pins", "torch build"]
+    assert [c.name for c in broken] == ["python", "pins", "torch build"] and broken[-1].status == "fail"

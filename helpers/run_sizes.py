@@ -1,4 +1,4 @@
-"""Run sizes (smoke / workshop / full) and the data-source switch.
+"""Run sizes (smoke / workshop / full, chosen by ``COURSE_PROFILE``) and the data-source switch.
 
 The size of every run in the course is chosen by one environment variable,
 ``COURSE_PROFILE``:
@@ -56,11 +56,13 @@ def pick(*, smoke: T, workshop: T, full: T) -> T:
     return {"smoke": smoke, "workshop": workshop, "full": full}[current_profile()]
 
 
-def data_source() -> str:
-    """Return ``'real'`` or ``'standin'`` from ``COURSE_DATA`` (default depends on profile)."""
+def data_source(profile: str | None = None) -> str:
+    """Return ``'real'`` or ``'standin'`` from ``COURSE_DATA``; unset, the stand-in for the smoke
+    profile and the real data otherwise (``profile``, default: the active one)."""
     value = os.environ.get("COURSE_DATA", "").strip().lower()
     if not value:
-        return "standin" if current_profile() == "smoke" else "real"
+        chosen = current_profile() if profile is None else normalize(profile)
+        return "standin" if chosen == "smoke" else "real"
     if value not in DATA_SOURCES:
         raise ProfileError(
             f"COURSE_DATA={value!r} is not a known data source. "

@@ -1,0 +1,213 @@
+"""The engines of ``helpers.deploy``: export to ONNX, and one runner per engine -- PyTorch eager, ONNX
+Runtime, OpenVINO -- each a function ``run(batch) -> outputs`` on a chosen device, with the precision it
+really runs in; ``agreement`` compares two engines' outputs.
+
+Engines are imported inside the functions that use them (``import_engine``), so ``import helpers``
+stays light and a missing engine gives one message saying how to install it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import os
+import re
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+from torch import nn
+
+from .. import devices
+
+
+ENGINES: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
+PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "gpu")
+GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecutionProvider",
+                                  "OpenVINOExecutionProvider", "CoreMLExecutionProvider")
+_PINS = {"onnx": "onnx==1.23.2", "onnxruntime": "onnxruntime==1.32.0", "openvino": "openvino==2026.4.1"}
+_NAMES = {"onnx": "ONNX", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+
+
+class DeployError(RuntimeError):
+    """A deploy problem a user can fix: engine missing, export failure, device not supported."""
+
+
+def parse_engines(text: str | Sequence[str]) -> list[tuple[str, str | None]]:
+    """``"eager,openvino:f32"`` -> [("eager", None), ("openvino", "f32")]: engine and precision hint."""
+    items = text.split(",") if isinstance(text, str) else list(text)
+    out = []
+    for item in (i.strip().lower() for i in items if i.strip()):
+        engine, _, hint = item.partition(":")
+        if engine not in ENGINES:
+            raise DeployError(f"Unknown engine {engine!r}; choose from {', '.join(ENGINES)} "
+                              f"(optionally with a precision hint, e.g. openvino:f32).")
+        if hint and hint not in PRECISIONS:
+            raise DeployError(f"Unknown precision {hint!r} in {item!r}; choose from {', '.join(PRECISIONS)}.")
+        if engine == "onnxruntime" and hint not in ("", "f32"):
+            raise DeployError("ONNX Runtime runs the model in the precision it was exported in (f32 here); "
+                              "a lower precision needs a converted model (onnxconverter-common), not a hint.")
+        out.append((engine, hint or None))
+    if not out:
+        raise DeployError(f"No engine given; choose from {', '.join(ENGINES)}.")
+    return out
+
+
+def import_engine(module: str) -> Any:
+    """Import ``onnx``, ``onnxruntime`` or ``openvino``; a missing one raises DeployError saying how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DeployError(
+            f"{_NAMES.get(module, module)} is not installed in this environment. It is a pinned dependency of "
+            f"the course: run `make setup`, or `pip install {_PINS.get(module, module)}` in this environment."
+        ) from None
+
+
+def export_onnx(model: nn.Module, example: torch.Tensor, path: str | Path, *, dynamic_batch: bool = False,
+                opset: int = 17) -> float:
+    """``torch.onnx.export`` with the TorchScript exporter; returns seconds taken.
+
+    torch 2.8's default exporter is the TorchScript one (``dynamo=False``); the dynamo exporter
+    needs ``onnxscript``, which the course does not pin. An unsupported operator raises DeployError
+    naming it.
+    """
+    import_engine("onnx")
+    dyn = {"images": {0: "batch"}, "logits": {0: "batch"}} if dynamic_batch else None
+    start = time.perf_counter()
+    with warnings.catch_warnings(), _quiet():
+        warnings.simplefilter("ignore")  # the 'legacy exporter' notice: we choose it on purpose
+        try:
+            torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
+                              dynamic_axes=dyn, opset_version=opset, dynamo=False)
+        except Exception as exc:  # the exporter raises several types; name the operator when it says one
+            raise DeployError(_export_message(exc, opset)) from None
+    return time.perf_counter() - start
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Silence Python and C-level stdout/stderr (the exporter dumps its whole graph on failure)."""
+    with tempfile.TemporaryFile() as sink, contextlib.redirect_stdout(io.StringIO()), \
+            contextlib.redirect_stderr(io.StringIO()):
+        for stream in (sys.__stdout__, sys.__stderr__):
+            if stream is not None:
+                stream.flush()
+        saved = [os.dup(1), os.dup(2)]
+        os.dup2(sink.fileno(), 1)
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            for fd in saved:
+                os.close(fd)
+
+
+def _export_message(exc: Exception, opset: int) -> str:
+    text = " ".join(str(exc).split())
+    op = re.search(r"operator '?([\w:.]+?)'?[ ,]", text)
+    reason = re.split(r"(?<=[a-z])\. |\[Caused by", text)[0][:240]
+    what = f"operator {op.group(1)} at opset {opset} ({reason})" if op else f"{type(exc).__name__}: {reason}"
+    return (f"Export to ONNX failed: {what}. Change that operation or its input size in the model, try a "
+            "higher opset, or keep this model in PyTorch (eager or torch.compile).")
+
+
+def onnxruntime_providers(device: str) -> list[str]:
+    """ONNX Runtime execution providers for ``device`` ('cpu', 'gpu' or 'auto')."""
+    ort = import_engine("onnxruntime")
+    present = ort.get_available_providers()
+    gpus = [p for p in GPU_PROVIDERS if p in present]
+    if device == "gpu" and not gpus:
+        raise DeployError(f"This ONNX Runtime build has no GPU execution provider (present: {', '.join(present)}). "
+                          "Install onnxruntime-gpu (NVIDIA), onnxruntime-directml (Windows) or "
+                          "onnxruntime-openvino (Intel), or use --device cpu.")
+    return {"cpu": ["CPUExecutionProvider"], "gpu": gpus[:1]}.get(device, ["CPUExecutionProvider"] + gpus[:1])
+
+
+def openvino_devices(device: str) -> list[str]:
+    """OpenVINO device names for ``device`` ('cpu', 'gpu' or 'auto'): GPU only where an Intel GPU is seen."""
+    ov = import_engine("openvino")
+    present = ov.Core().available_devices
+    gpus = [d for d in present if d.startswith("GPU")]
+    if device == "gpu" and not gpus:
+        raise DeployError(f"OpenVINO sees no Intel GPU here (devices: {', '.join(present)}). Install Intel's GPU "
+                          "driver (compute runtime) on a machine with an Intel GPU, or use --device cpu.")
+    return {"cpu": ["CPU"], "gpu": gpus[:1]}.get(device, ["CPU"] + gpus[:1])
+
+
+def eager_devices(device: str) -> list[str]:
+    """PyTorch devices for ``device`` ('cpu', 'gpu' or 'auto')."""
+    accel = [d for d in devices.available_devices() if d != "cpu"]
+    if device == "gpu" and not accel:
+        raise DeployError("PyTorch sees no GPU here (no cuda, xpu or mps); use --device cpu.")
+    return {"cpu": ["cpu"], "gpu": accel[:1]}.get(device, ["cpu"] + accel[:1])
+
+
+Runner = Callable[[np.ndarray], np.ndarray]
+
+
+def eager_runner(model: nn.Module, device: str, hint: str | None) -> tuple[Runner, str]:
+    """A function running ``model`` under inference_mode on ``device``; fp32 unless hint is bf16/f16 (autocast)."""
+    dev = torch.device(device)
+    model = model.to(dev)
+    dtype = {"bf16": torch.bfloat16, "f16": torch.float16}.get(hint or "f32")
+
+    def run(x: np.ndarray) -> np.ndarray:
+        cast = torch.autocast(dev.type, dtype=dtype) if dtype is not None else contextlib.nullcontext()
+        with torch.inference_mode(), cast:
+            out = model(torch.from_numpy(x).to(dev))
+        return out.float().cpu().numpy()
+    return run, hint or "f32"
+
+
+def onnxruntime_runner(onnx_path: str | Path, provider: str) -> tuple[Runner, str]:
+    """An ONNX Runtime session on one execution provider; it runs the exported fp32 graph."""
+    ort = import_engine("onnxruntime")
+    session = ort.InferenceSession(str(onnx_path), providers=[provider])
+    used = session.get_providers()[0]
+    if used != provider:
+        raise DeployError(f"ONNX Runtime fell back from {provider} to {used}: this device is not supported here.")
+    name = session.get_inputs()[0].name
+    return (lambda x: session.run(None, {name: x})[0]), "f32"
+
+
+def openvino_runner(onnx_path: str | Path, device: str, hint: str | None) -> tuple[Runner, str]:
+    """An OpenVINO compiled model; returns it with the precision the plugin really uses."""
+    ov = import_engine("openvino")
+    core = ov.Core()
+    config = {"INFERENCE_PRECISION_HINT": hint} if hint else {}
+    try:
+        compiled = core.compile_model(core.read_model(str(onnx_path)), device, config)
+    except RuntimeError as exc:
+        raise DeployError(f"OpenVINO could not compile the model for {device} with {config or 'defaults'}: "
+                          f"{str(exc).strip().splitlines()[0][:300]}") from None
+    precision = _ov_precision(compiled.get_property("INFERENCE_PRECISION_HINT"))
+    return (lambda x: compiled(x)[0]), precision
+
+
+def _ov_precision(value: Any) -> str:
+    text = str(value).lower()
+    for token, short in (("bf16", "bf16"), ("bfloat16", "bf16"), ("f16", "f16"), ("float16", "f16"),
+                         ("f32", "f32"), ("float32", "f32")):
+        if token in text:
+            return short
+    return text
+
+
+def agreement(output: np.ndarray, reference: np.ndarray) -> tuple[float, float]:
+    """(largest absolute difference, share of rows whose argmax agrees) of two (N, classes) outputs."""
+    output, reference = np.asarray(output, dtype=np.float32), np.asarray(reference, dtype=np.float32)
+    if output.shape != reference.shape:
+        raise DeployError(f"output shape {output.shape} differs from PyTorch's {reference.shape}")
+    diff = float(np.max(np.abs(output - reference))) if output.size else 0.0
+    top1 = float(np.mean(output.argmax(axis=1) == reference.argmax(axis=1))) if output.ndim == 2 else float("nan")
+    return diff, top1

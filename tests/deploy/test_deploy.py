@@ -1,0 +1,43 @@
+"""helpers.deploy (the command): rows written by the command line, the published systems it cannot run, and
+an import that stays light."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from helpers import results
+from helpers import deploy
+
+
+def test_rows_and_cli(tmp_path, capsys):
+    rows_path = tmp_path / "rows.jsonl"
+    found = deploy.main(["--model", "book_cnn", "--batch", "2", "--engines", "eager,onnxruntime",
+                         "--repeats", "2", "--warmup", "0", "--rows", str(rows_path), "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert "onnxruntime" in out and "top-1 agree %" in out and "4 result rows" in out
+    rows = results.read_rows(rows_path)
+    assert {(r.variant, r.metric, r.unit) for r in rows} == {
+        ("eager", "throughput", "images/s"), ("onnxruntime", "throughput", "images/s"),
+        ("eager", "latency", "ms"), ("onnxruntime", "latency", "ms")}
+    assert all(r.chapter == "14" and r.experiment == "deploy_book_cnn_28x28_b2" for r in rows)
+    thr = {r.variant: r for r in rows if r.metric == "throughput"}
+    assert thr["eager"].ratio == pytest.approx(1.0) and not thr["eager"].lower_is_better
+    assert thr["onnxruntime"].extra["precision"] == "f32" and thr["onnxruntime"].extra["max_abs_diff"] < 1e-4
+    assert "reruns" in thr["eager"].extra
+    assert len(found) == 2
+
+
+def test_not_runnable_names_each_system_with_why_and_how():
+    assert {"ONNX Runtime DirectML", "pytorch-directml", "dlprimitives OpenCL backend",
+            "TensorFlow 2 / Keras"} == set(deploy.NOT_RUNNABLE)
+    assert all(why and how for why, how in deploy.NOT_RUNNABLE.values())
+    assert "train_on_batch" in deploy.NOT_RUNNABLE["TensorFlow 2 / Keras"][1]  # a training step, like the published row
+
+
+def test_import_stays_light():
+    code = "import helpers.deploy, sys; print(sorted(m for m in ('onnx', 'onnxruntime', 'openvino') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,84 @@
+"""helpers.deploy.rounds: every engine compared with eager in interleaved rounds (agreement, static and dynamic
+exports), the per-engine result and its rows."""
+
+from __future__ import annotations
+
+
+import numpy as np
+import pytest
+import torch
+
+from helpers import models
+from helpers.deploy import engines, rounds, served
+
+
+def tiny_spec() -> served.ModelSpec:
+    torch.manual_seed(0)
+    return served.ModelSpec("tiny", models.small_cnn(3, 10).eval(), (3, 16, 16), "tiny test CNN")
+
+
+def test_every_engine_agrees_with_eager():
+    found = rounds.compare(tiny_spec(), batch=4, engines="eager,onnxruntime,openvino:f32,openvino",
+                           device="cpu", repeats=2, warmup=1, rounds=3, progress=False)
+    by = {r.name: r for r in found}
+    assert list(by) == ["eager", "onnxruntime", "openvino:f32", "openvino"]
+    assert by["eager"].max_abs_diff == 0 and by["eager"].export_s == 0
+    assert by["onnxruntime"].max_abs_diff < 1e-4 and by["onnxruntime"].top1_agreement == 1.0
+    assert by["openvino:f32"].precision == "f32" and by["openvino:f32"].max_abs_diff < 1e-4
+    import openvino as ov
+
+    default = engines._ov_precision(ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT"))
+    assert by["openvino"].precision == default  # the plugin's own choice is reported, not assumed
+    assert by["openvino"].max_abs_diff < 0.1
+    for r in found:
+        # one value per round (the median of its timed calls), one first call per round, agreement on >= 32 inputs
+        assert r.batch == 4 and len(r.latencies) == 3 and r.agreement_n == 32
+        assert len(r.warmup) == 3 + r.extra["reruns"]  # a first call in every round measured, re-runs too
+        assert r.throughput == pytest.approx(4 / np.median(r.latencies))
+        assert r.export_s > 0 or r.engine == "eager"
+    table = rounds.results_table(found, baseline="eager")
+    assert len(table) == 4 and table.rows[0][6] == pytest.approx(1.0) and table.column("verdict")[0] == "baseline"
+    assert set(table.column("verdict")[1:]) == {"no measurable difference"}  # 3 rounds: too few for a verdict
+    assert "images/s" in table.columns and "3 interleaved rounds" in table.note
+    assert rounds.verdict(found, "onnxruntime").rounds == 3
+    with pytest.raises(engines.DeployError):
+        rounds.verdict(found, "tensorrt")
+
+
+def test_static_and_dynamic_exports_in_the_same_rounds():
+    found = rounds.compare(tiny_spec(), batch=1, engines="onnxruntime", repeats=1, warmup=0, rounds=2,
+                           also_dynamic=True, progress=False)
+    assert [r.name for r in found] == ["onnxruntime", "onnxruntime (dynamic batch)"]
+    assert [r.extra["dynamic_batch"] for r in found] == [False, True]
+    assert all(len(r.latencies) == 2 for r in found) and found[0].rounds is found[1].rounds
+
+
+def engine_result(name="eager", latencies=(0.02, 0.01, 0.04), batch=4, **more):
+    return rounds.EngineResult(name=name, engine=name.split(":")[0], device="cpu", precision="f32", batch=batch,
+                               latencies=list(latencies), warmup=[0.5, 0.4, 0.6], export_s=0.0, load_s=0.1,
+                               max_abs_diff=0.0, top1_agreement=1.0, agreement_n=32, **more)
+
+
+def test_engine_result_latency_throughput_and_result():
+    r = engine_result()
+    assert r.latency_ms == pytest.approx(20.0) and r.throughput == pytest.approx(4 / 0.02)
+    assert r.throughputs() == pytest.approx([200.0, 400.0, 100.0])  # one per round, in round order
+    res = r.as_result()
+    assert res.name == "eager" and res.samples == [0.02, 0.01, 0.04] and res.warmup == [0.5, 0.4, 0.6]
+    assert res.metrics == {"images_per_s": pytest.approx(200.0), "max_abs_diff": 0.0, "top1_agreement": 100.0}
+    assert res.settings == {"engine": "eager", "device": "cpu", "precision": "f32"}
+
+
+def test_to_rows_throughput_and_latency_per_engine():
+    found = [engine_result(), engine_result("onnxruntime", (0.01, 0.005, 0.02), extra={"reruns": 0})]
+    rows = rounds.to_rows(found, experiment="deploy_x", data="none", label="tiny CNN")
+    assert [(r.variant, r.metric, r.unit) for r in rows] == [
+        ("eager", "throughput", "images/s"), ("onnxruntime", "throughput", "images/s"),
+        ("eager", "latency", "ms"), ("onnxruntime", "latency", "ms")]
+    thr = {r.variant: r for r in rows if r.metric == "throughput"}
+    lat = {r.variant: r for r in rows if r.metric == "latency"}
+    assert thr["onnxruntime"].values == pytest.approx([400.0, 800.0, 200.0]) and not thr["onnxruntime"].lower_is_better
+    assert thr["onnxruntime"].ratio == pytest.approx(2.0) and lat["onnxruntime"].ratio == pytest.approx(2.0)
+    assert lat["eager"].values == pytest.approx([20.0, 10.0, 40.0]) and lat["eager"].baseline == "eager"
+    assert thr["eager"].chapter == "14" and thr["eager"].extra["first_call_s"] == 0.5
+    assert thr["eager"].extra["model"] == "tiny CNN" and thr["onnxruntime"].extra["reruns"] == 0
