@@ -201,11 +201,18 @@ def _ratio(base: float | None, value: float | None, lower_is_better: bool) -> fl
     return value / base if base else None
 
 
+CHECKOUT = Path(__file__).resolve().parent.parent
+"""The folder above the package: the course's checkout when helpers is installed from one (editable)."""
+
+
 def results_dir() -> Path:
     """Where rows go by default: ``$COURSE_RESULTS`` if set, else ``results/`` in the project root.
 
     The project root is the nearest folder above the working directory holding
-    ``pyproject.toml`` (notebooks run from ``notebooks/``); without one, the working directory.
+    ``pyproject.toml`` (notebooks run from ``notebooks/``). A chapter that works in a scratch
+    folder elsewhere (``/tmp``) still writes to the course's checkout, the folder this package
+    was installed from; only when helpers is not installed from a checkout does it fall back to
+    the working directory.
     """
     env = os.environ.get("COURSE_RESULTS", "").strip()
     if env:
@@ -214,6 +221,8 @@ def results_dir() -> Path:
     for folder in (here, *here.parents):
         if (folder / "pyproject.toml").exists():
             return folder / "results"
+    if (CHECKOUT / "pyproject.toml").exists() and (CHECKOUT / "notebooks").is_dir():
+        return CHECKOUT / "results"
     return here / "results"
 
 

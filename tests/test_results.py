@@ -111,5 +111,7 @@ def test_results_dir_is_the_env_or_the_projects_results_folder(tmp_path, monkeyp
     monkeypatch.chdir(project / "notebooks")  # where notebooks run
     assert results.results_dir() == project.resolve() / "results"
     (tmp_path / "loose").mkdir()
-    monkeypatch.chdir(tmp_path / "loose")  # no project above (tmp_path is outside the clone)
+    monkeypatch.chdir(tmp_path / "loose")  # a chapter's scratch folder, no project above it
+    assert results.results_dir() == results.CHECKOUT / "results"  # the checkout helpers comes from
+    monkeypatch.setattr(results, "CHECKOUT", tmp_path / "site-packages")  # helpers installed without a checkout
     assert results.results_dir() == (tmp_path / "loose").resolve() / "results"
