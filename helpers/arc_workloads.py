@@ -262,7 +262,8 @@ def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int
     def gram(f: torch.Tensor) -> torch.Tensor:
         b, c, h, w = f.shape
         f = f.reshape(b, c, h * w).float()  # .reshape, not .view: the blog's lesson
-        return f @ f.transpose(1, 2) / (c * h * w)
+        with torch.autocast(device.type, enabled=False):  # in fp32 by design: autocast would cast the matmul back
+            return f @ f.transpose(1, 2) / (c * h * w)
 
     with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
         style_grams = [gram(f) for f in feats(style)]

@@ -34,7 +34,7 @@ __all__ = ["NOT_RUNNABLE", "DeployError", "EngineResult", "ModelSpec", "build_mo
            "results_table", "to_rows", "verdict"]
 
 
-# Published systems this course cannot run on a Linux CPU machine: why, and how to measure there.
+# Published systems this course does not run: why, and how to measure them there.
 NOT_RUNNABLE: dict[str, tuple[str, str]] = {
     "ONNX Runtime DirectML": (
         "DirectML is a Windows (DirectX 12) API: the onnxruntime-directml wheel is Windows only.",

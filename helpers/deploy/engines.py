@@ -30,8 +30,8 @@ from .. import devices
 ENGINES: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
 PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "gpu")
-GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecutionProvider",
-                                  "OpenVINOExecutionProvider", "CoreMLExecutionProvider")
+GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
+                                  "DmlExecutionProvider", "OpenVINOExecutionProvider", "CoreMLExecutionProvider")
 _PINS = {"onnx": "onnx==1.23.2", "onnxruntime": "onnxruntime==1.32.0", "openvino": "openvino==2026.4.1"}
 _NAMES = {"onnx": "ONNX", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
 

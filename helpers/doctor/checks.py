@@ -122,7 +122,7 @@ def check_isa(flags: dict[str, bool]) -> Check:
         return Check("instruction sets", "warn", msg + ": every CPU chapter will be slow",
                      "expect several times the stated minutes; use COURSE_PROFILE=smoke to try the chapters")
     if not flags.get("native_bf16"):
-        msg += " -> bf16 is emulated on this CPU (chapter 07: slower than fp32, as expected)"
+        msg += " -> bf16 is emulated on this CPU (chapter 07 measures it; expect it to be slower than fp32)"
     if not flags.get("ipex_bf16_prepack", flags.get("avx512")):
         msg += "; IPEX bf16 weight prepacking is not possible (chapter 04 skips it)"
     return _ok("instruction sets", msg)

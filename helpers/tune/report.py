@@ -252,7 +252,10 @@ def explain(report: dict[str, Any]) -> list[str]:
             out.append(f"{t['label']} failed and was left out: {t['error'][:120]}")
             continue
         sp = t["speedup"] or 0.0
-        line = (f"{t['label']}: {sp:.2f}x in its one search trial (step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms, "
+        k = int(t["levers"].get("batch", 1))
+        step = (f"step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms" if k == 1 else
+                f"one step of {k}x the samples {t['step_ms']:.3g} ms vs {base['step_ms']:.3g} ms, {k}x fewer steps")
+        line = (f"{t['label']}: {sp:.2f}x in its one search trial ({step}, "
                 f"warm-up {t['warmup_s']:.1f} vs {base['warmup_s']:.1f} s)")
         in_best = kind in won and best["levers"].get(kind) == t["levers"][kind]
         alone = in_best and len(best["levers"]) == 1

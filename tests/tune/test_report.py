@@ -124,6 +124,7 @@ def test_explain_each_kind_of_trial(monkeypatch) -> None:
     assert both["bf16"].endswith("; part of the confirmed combination (its own share rests on this one search trial).")
     assert by["fp16"] == "fp16 failed and was left out: RuntimeError: no fp16 kernel"
     assert by["batch"].endswith(f"not confirmed, so no conclusion. Accuracy guard: {tune_report.BATCH_NOTE}.")
+    assert "one step of 2x the samples 18 ms vs 10 ms, 2x fewer steps" in by["batch"]
     # compile: 4 s more warm-up, 2 ms (of 10) saved per step -> even after 2,000 steps
     assert "it pays for its compile after about 2,000 steps" in by["compile"]
 
