@@ -41,8 +41,8 @@ from .step import train_step  # noqa: E402
 RETIREMENT_NOTE = (
     "Intel Extension for PyTorch is retired: 2.8 is its last release, its repository is archived "
     "and flagged as having known security issues. Use it to reproduce the book; for new work use "
-    "torch.compile, torch.autocast and native torch.xpu instead. The course runs without it: "
-    "chapter 04 and the tuning search (chapter 13) skip their IPEX parts and say so."
+    "torch.compile, torch.autocast and native torch.xpu instead. The course runs without it: where it "
+    "is missing, chapter 04 and the tuning search (chapter 13) skip their IPEX parts and say so."
 )
 
 
