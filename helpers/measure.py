@@ -92,11 +92,23 @@ class Verdict:
     rounds: int
     confidence: float = 0.95
     reason: str = ""
+    min_effect: float = MIN_EFFECT
 
     @property
     def interval(self) -> str:
-        """The interval as text; "none (N rounds)" when too few rounds gave none."""
-        return f"none ({self.rounds} rounds)" if self.reason else f"{self.low:.2f}-{self.high:.2f}"
+        """The interval as text; "none (N rounds)" when too few rounds gave none.
+
+        Bounds get two decimals, three where two would print a threshold (1 +- ``min_effect``)
+        the bound does not equal, so the printed interval never seems to contradict the word.
+        """
+        if self.reason:
+            return f"none ({self.rounds} rounds)"
+        edges = {round(1 + self.min_effect, 2), round(1 - self.min_effect, 2)}
+
+        def text(bound: float) -> str:
+            two = f"{bound:.2f}"
+            return f"{bound:.3f}" if float(two) in edges and abs(bound - float(two)) > 1e-12 else two
+        return f"{text(self.low)}-{text(self.high)}"
 
     @property
     def than(self) -> str:
@@ -142,12 +154,12 @@ def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: 
     if c < 0:
         return Verdict(ratio, min(ratios), max(ratios), NO_DIFFERENCE, n, confidence,
                        f"{n} round{'s' if n != 1 else ''} cannot give a {confidence:.0%} interval; "
-                       f"a verdict needs at least {MIN_ROUNDS}")
+                       f"a verdict needs at least {MIN_ROUNDS}", min_effect)
     logs = [math.log(r) for r in ratios]
     walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
     low, high = math.exp(walsh[c]), math.exp(walsh[-c - 1])
     word = "faster" if low > 1 + min_effect else "slower" if high < 1 - min_effect else NO_DIFFERENCE
-    return Verdict(ratio, low, high, word, n, confidence)
+    return Verdict(ratio, low, high, word, n, confidence, min_effect=min_effect)
 
 
 # ----------------------------------------------------------------------------------------
@@ -207,6 +219,10 @@ class Rounds:
         base = baseline or self.names[0]
         table = Table(["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up (x)",
                        "95% interval (x)", "verdict"] + list(metrics), title=title, note=self.note())
+        values = {m: [self.result(n).metrics.get(m) for n in self.names] for m in metrics}
+        # a metric that is a whole number for every variant (steps, a batch size) is printed as a count
+        counts = {m for m, vs in values.items()
+                  if all(isinstance(v, (int, float)) and float(v).is_integer() for v in vs if v is not None)}
         for name in self.names:
             s = Stats.of(self.samples[name])
             res = self.result(name)
@@ -216,7 +232,8 @@ class Rounds:
                 v = self.verdict(name, base, higher_is_better=higher_is_better)
                 cells = [v.ratio, v.interval, v.word]
             table.add(name, s.median * scale, s.minimum * scale, s.maximum * scale, *cells,
-                      *[res.metrics.get(m) for m in metrics])
+                      *[int(res.metrics[m]) if m in counts and res.metrics.get(m) is not None else res.metrics.get(m)
+                        for m in metrics])
         return table
 
 

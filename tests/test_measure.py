@@ -161,3 +161,22 @@ def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
     assert r.reruns == 2 and r.disturbed == 1 and r.rounds == 3  # the budget ran out on the third disturbed one
     assert "2 round(s) re-run" in r.note() and "still disturbed" in r.note()
     assert r.result("a").metrics == {"acc": 50.0}
+
+
+def test_interval_text_never_prints_a_threshold_the_bound_misses():
+    near = measure.Verdict(1.0, 0.9812, 1.0196, measure.NO_DIFFERENCE, 8)
+    assert near.interval == "0.981-1.020"
+    exact = measure.Verdict(1.1, 1.02, 1.2, "no measurable difference", 8)
+    assert exact.interval == "1.02-1.20"
+    plain = measure.Verdict(1.3, 1.2345, 1.456, "faster", 8)
+    assert plain.interval == "1.23-1.46"
+    assert measure.Verdict(1.0, 0.9, 1.1, measure.NO_DIFFERENCE, 3, reason="few").interval == "none (3 rounds)"
+
+
+def test_rounds_table_prints_whole_number_metrics_as_counts():
+    rounds = measure.interleaved({"a": lambda: (0.01, {"steps": 96.0, "acc": 68.4}),
+                                  "b": lambda: (0.01, {"steps": 48.0, "acc": 40.0})}, 2, progress=False,
+                                 max_reruns=0)
+    rows = rounds.table("a", metrics=["steps", "acc"]).as_dicts()
+    assert rows[0]["steps"] == 96 and isinstance(rows[0]["steps"], int)
+    assert isinstance(rows[1]["acc"], float)   # 40.0 alone is whole, but 68.4 is not: the column stays decimal
