@@ -33,7 +33,8 @@ def confirmation_line(report: dict[str, Any]) -> str:
     best = report["best"]
     conf = best.get("confirmed") or {}
     if conf.get("word") in (None, "no candidate"):
-        return "No lever beat the baseline by more than its own spread in the search: nothing to confirm."
+        return ("No lever saved more time than the spread of its own or the baseline's trial in the search: "
+                "nothing to confirm.")
     if conf.get("word") == "not confirmed":
         return f"Not confirmed: {conf.get('reason', '')}"
     name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")

@@ -77,7 +77,7 @@ def test_confirmation_line_for_each_outcome() -> None:
     assert tune_report.confirmation_line(hand_report({}, {"word": "not confirmed", "reason": "give a larger budget"})) \
         == "Not confirmed: give a larger budget"
     for nothing in ({}, {"word": "no candidate"}):
-        assert tune_report.confirmation_line(hand_report({}, nothing)).startswith("No lever beat the baseline")
+        assert tune_report.confirmation_line(hand_report({}, nothing)).startswith("No lever saved more time than the spread")
 
 
 def test_short_name_and_busy_note() -> None:
