@@ -214,7 +214,7 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
     lines = [f"# Course measurements ({state['profile']} profile)", "",
              f"Started {state['started']}; {'finished' if state.get('finished') else 'in progress'}. "
              f"{state.get('data', '')}", "",
-             f"Tables are rendered from the run's result rows (`rows.jsonl`, also as `rows.csv`): ratios are "
+             "Tables are rendered from the run's result rows (`rows.jsonl`, also as `rows.csv`): ratios are "
              "baseline / variant for times (> 1 means faster), measured in the same run.", "",
              "Machine:", "", "```", json.dumps(state["machine"], indent=2, default=str), "```", ""]
     for name in state["chapters"]:

@@ -116,8 +116,6 @@ def test_autocast_and_max_steps(tiny_loaders):
 
 
 def test_data_wait_measures_a_slow_loader():
-    import time
-
     class Slow(torch.utils.data.Dataset):
         def __len__(self):
             return 4
