@@ -42,7 +42,7 @@ def test_our_spinning_shows_as_own_cpu_time():
     end = time.process_time() + 0.3
     while time.process_time() < end:
         pass
-    assert cpu_meter.own_cpu_seconds() - before >= 0.29
+    assert cpu_meter.own_cpu_seconds() - before >= 0.25  # psutil reads whole clock ticks (10 ms)
 
 
 def test_a_foreign_process_is_interference():
