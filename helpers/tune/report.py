@@ -13,6 +13,9 @@ from .. import results, system
 from ..files import atomic_write_text
 from ..tables import Table
 
+# Why a search sends nothing to confirmation (search.py stores it; confirmation_line prints it).
+NO_CANDIDATE_REASON = "no lever saved more time than the spread of its own or the baseline's trial in the search"
+
 
 def short_name(report: dict[str, Any]) -> str:
     """The model as ``file.py:FUNC`` without its folder (no machine paths in tables)."""
@@ -33,8 +36,7 @@ def confirmation_line(report: dict[str, Any]) -> str:
     best = report["best"]
     conf = best.get("confirmed") or {}
     if conf.get("word") in (None, "no candidate"):
-        return ("No lever saved more time than the spread of its own or the baseline's trial in the search: "
-                "nothing to confirm.")
+        return NO_CANDIDATE_REASON[0].upper() + NO_CANDIDATE_REASON[1:] + ": nothing to confirm."
     if conf.get("word") == "not confirmed":
         return f"Not confirmed: {conf.get('reason', '')}"
     name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")

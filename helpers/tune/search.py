@@ -316,8 +316,7 @@ def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, 
     else:
         best = {"label": "baseline", "levers": {}, "speedup": 1.0, "total_s": base["total_s"],
                 "confirmed": confirmed or {"word": "no candidate", "rounds": 0,
-                                           "reason": "no lever saved more time than the spread of its own or the "
-                                                     "baseline's trial in the search"},
+                                           "reason": tune_report.NO_CANDIDATE_REASON},
                 "unconfirmed": ({"label": candidate["label"], "levers": candidate["levers"],
                                  "search_speedup": _speedup(base, candidate)} if candidate else None)}
     return {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
