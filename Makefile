@@ -113,11 +113,14 @@ student: setup
 unit: setup
 	"$(BIN)/python" -m pytest tests -p no:cacheprovider
 
-# Re-execute the notebooks in place at workshop size (how committed outputs are made).
+# Re-execute the notebooks in place at workshop size (how committed outputs are made); at the workshop
+# size each chapter's **Time:** sentence is then rewritten from the run (helpers.chapter_time).
 execute: setup
 	for nb in $${NB:-notebooks/*.ipynb}; do \
 		COURSE_PROFILE=$${PROFILE:-workshop} TQDM_DISABLE=1 "$(BIN)/jupyter" nbconvert --to notebook --execute --inplace \
 			--ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; \
+		case "$${PROFILE:-workshop} $$nb" in workshop*/[0-9][0-9]_*.ipynb) case "$$nb" in */00_*) ;; \
+			*) "$(BIN)/python" -m helpers.chapter_time "$$nb" || exit 1;; esac;; esac; \
 	done
 
 reproduce: setup

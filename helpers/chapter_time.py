@@ -1,0 +1,172 @@
+"""A chapter's compute minutes, measured from its last run, written into its opening's **Time:** sentence.
+
+Every chapter's first cell says how long its compute took at the workshop profile
+("about 4 min of compute ... (3.3 min measured for the committed run ...; the optional parts
+took 0.9 min of it ...)"). The numbers come from the execution times Jupyter stores in each
+code cell's metadata (``execution``: ``iopub.execute_input`` to ``shell.execute_reply``)
+when the notebook was executed, never from a guess:
+
+* ``total`` is the sum over all code cells;
+* ``optional`` sums the cells of optional parts: those under a markdown cell whose first line
+  says "(optional", and those gated by ``RUN_OPTIONAL`` in their first lines;
+* "about N min" is the rest (what a workshop that skips the optional parts waits), rounded up;
+* the rounds that other processes disturbed and that were measured again are counted from the
+  outputs (each table's note says "N round(s) re-run"), so the sentence says how many there were.
+
+``python -m helpers.chapter_time notebooks/05_*.ipynb`` rewrites the sentence after
+``make execute NB=...``; ``--check`` only reports the chapters whose sentence is out of date.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Sequence
+
+from .files import atomic_write_text
+
+OPTIONAL_HEADING = "(optional"
+OPTIONAL_FLAG = "RUN_OPTIONAL"
+_FLAG_WINDOW = 200  # characters at the top of a cell where the optional flag must appear
+_ABOUT = re.compile(r"about \d+ min of compute")
+_MEASURED = re.compile(r"\(\d+(?:\.\d+)? min measured for the committed run")
+_OPTIONAL_PART = re.compile(r"the optional parts took \d+(?:\.\d+)? min of it")
+_RERUN_NOTE = re.compile(r"(\d+) round\(s\) re-run")
+_DISTURBED = re.compile(r"no round was disturbed|\d+ round\(s\) that other processes disturbed were measured again, "
+                        r"as the tables' notes say")
+# one representation per output: a displayed table carries the same note as text, Markdown and HTML
+_REPRESENTATIONS = ("text/plain", "text/markdown", "text/html")
+
+
+@dataclass(frozen=True)
+class ChapterTime:
+    """Measured compute of one executed notebook, in seconds."""
+
+    total_s: float
+    optional_s: float
+    timed_cells: int
+    rerun_rounds: int = 0
+
+    @property
+    def disturbed(self) -> str:
+        """The sentence's clause on disturbed rounds."""
+        if not self.rerun_rounds:
+            return "no round was disturbed"
+        return f"{self.rerun_rounds} round(s) that other processes disturbed were measured again, as the tables' notes say"
+
+    @property
+    def about_minutes(self) -> int:
+        """Minutes without the optional parts, rounded up (at least 1): the sentence's "about N min"."""
+        return max(1, math.ceil(round((self.total_s - self.optional_s) / 60, 1)))
+
+
+def _seconds(cell: dict[str, Any]) -> float | None:
+    execution = cell.get("metadata", {}).get("execution", {})
+    start, end = execution.get("iopub.execute_input"), execution.get("shell.execute_reply")
+    if not (start and end):
+        return None
+    parse = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
+    return (parse(end) - parse(start)).total_seconds()
+
+
+def _output_text(output: dict[str, Any]) -> str:
+    if output.get("output_type") == "stream":
+        return "".join(output.get("text", ""))
+    data = output.get("data", {})
+    for kind in _REPRESENTATIONS:
+        if kind in data:
+            return "".join(data[kind])
+    return ""
+
+
+def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
+    """Sum the stored execution times of a notebook's code cells, the optional parts apart,
+    and count the re-run rounds its outputs report.
+
+    Raises ValueError when no code cell carries execution times (the notebook was not
+    executed with timing metadata: run ``make execute NB=...`` first).
+    """
+    total = optional = 0.0
+    timed = reruns = 0
+    heading = ""
+    for cell in notebook.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            heading = source.split("\n", 1)[0]
+            continue
+        if cell.get("cell_type") != "code":
+            continue
+        reruns += sum(int(n) for out in cell.get("outputs", []) for n in _RERUN_NOTE.findall(_output_text(out)))
+        seconds = _seconds(cell)
+        if seconds is None:
+            continue
+        timed += 1
+        total += seconds
+        if OPTIONAL_HEADING in heading or OPTIONAL_FLAG in source[:_FLAG_WINDOW]:
+            optional += seconds
+    if not timed:
+        raise ValueError("no code cell has execution times: execute the notebook first "
+                         "(make execute NB=...), then run this again")
+    return ChapterTime(total, optional, timed, reruns)
+
+
+def rewrite_sentence(text: str, time: ChapterTime) -> str:
+    """``text`` (the opening cell) with its **Time:** numbers replaced by ``time``'s.
+
+    Raises ValueError when the sentence's "about N min of compute" or "(X min measured for
+    the committed run" is missing or appears more than once.
+    """
+    for pattern, what in ((_ABOUT, "about N min of compute"), (_MEASURED, "(X min measured for the committed run")):
+        found = len(pattern.findall(text))
+        if found != 1:
+            raise ValueError(f"the opening cell should say '{what}' once, found {found}")
+    text = _ABOUT.sub(f"about {time.about_minutes} min of compute", text)
+    text = _MEASURED.sub(f"({time.total_s / 60:.1f} min measured for the committed run", text)
+    text = _DISTURBED.sub(time.disturbed, text)
+    return _OPTIONAL_PART.sub(f"the optional parts took {time.optional_s / 60:.1f} min of it", text)
+
+
+def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]:
+    """Measure the notebook at ``path`` and rewrite its opening cell (unless ``check``).
+
+    Returns the measurement and whether the sentence was (or, with ``check``, would be) changed.
+    """
+    path = Path(path)
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    time = measure_notebook(notebook)
+    opening = notebook["cells"][0]
+    old = "".join(opening["source"])
+    new = rewrite_sentence(old, time)
+    if new != old and not check:
+        opening["source"] = new.splitlines(keepends=True)
+        atomic_write_text(path, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+    return time, new != old
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m helpers.chapter_time", description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebooks", nargs="+", help="executed chapter notebooks")
+    parser.add_argument("--check", action="store_true", help="only report sentences that are out of date")
+    args = parser.parse_args(argv)
+    stale = 0
+    for name in args.notebooks:
+        try:
+            time, changed = update(name, check=args.check)
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            print(f"error: {name}: {exc}", file=sys.stderr)
+            return 2
+        stale += changed
+        state = ("out of date" if args.check else "updated") if changed else "up to date"
+        print(f"{name}: {time.total_s / 60:.1f} min measured, {time.optional_s / 60:.1f} optional, "
+              f"about {time.about_minutes} min, {time.disturbed} -- {state}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,120 @@
+"""helpers.chapter_time: compute minutes from the cells' stored execution times, and the Time sentence."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from helpers import chapter_time as ct
+
+ROOT = Path(__file__).resolve().parents[1]
+OPENING = ("**Time:** about 25 min reading and exercises + about 9 min of compute at the workshop profile "
+           "(7.7 min measured for the committed run on a test machine; no round was disturbed).")
+
+
+def code(seconds, source="x = 1", start="2026-01-01T10:00:00.000000Z"):
+    cell = {"cell_type": "code", "source": source, "metadata": {}, "outputs": [], "execution_count": 1}
+    if seconds is not None:
+        end_s = 10 * 3600 + seconds
+        end = f"2026-01-01T{int(end_s // 3600):02d}:{int(end_s % 3600 // 60):02d}:{end_s % 60:09.6f}Z"
+        cell["metadata"]["execution"] = {"iopub.execute_input": start, "shell.execute_reply": end}
+    return cell
+
+
+def md(text):
+    return {"cell_type": "markdown", "source": text, "metadata": {}}
+
+
+def notebook(*cells, opening=OPENING):
+    return {"cells": [md(opening), *cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+
+
+def test_total_and_optional_parts_from_execution_times():
+    nb = notebook(code(30), code(90.5),
+                  md("## A heavier model (optional, about 2 min)\nmore text"), code(120),
+                  md("## Back to the lesson"), code(15),
+                  code(60, "if RUN_OPTIONAL:\n    heavy()"), code(None))
+    t = ct.measure_notebook(nb)
+    assert t.timed_cells == 5
+    assert t.total_s == pytest.approx(315.5)
+    assert t.optional_s == pytest.approx(180)
+    assert t.about_minutes == 3  # 135.5 s = 2.3 min, rounded up
+
+
+def test_optional_flag_counts_only_near_the_top_of_a_cell():
+    late = "x = 1\n" * 60 + "if RUN_OPTIONAL:\n    pass"
+    assert ct.measure_notebook(notebook(code(60, late))).optional_s == 0
+
+
+def test_about_minutes_is_at_least_one():
+    assert ct.ChapterTime(10.0, 0.0, 1).about_minutes == 1
+    assert ct.ChapterTime(300.0, 0.0, 1).about_minutes == 5
+    assert ct.ChapterTime(302.0, 0.0, 1).about_minutes == 5  # 5.03 min reads 5.0
+    assert ct.ChapterTime(310.0, 0.0, 1).about_minutes == 6
+
+
+def table_output(note):
+    text = f"variant  median s\n-------  --------\na  1.0\n{note}"
+    return {"output_type": "display_data", "metadata": {},
+            "data": {"text/plain": text, "text/markdown": f"*{note}*", "text/html": f"<p>{note}</p>"}}
+
+
+def test_re_run_rounds_are_counted_once_per_output():
+    shown = code(10)
+    shown["outputs"] = [table_output("8 rounds. 2 round(s) re-run: other processes took more than 0.25 cores."),
+                        {"output_type": "stream", "name": "stdout", "text": "summary; 1 round(s) re-run\n"}]
+    quiet = code(10)
+    quiet["outputs"] = [table_output("8 rounds."), {"output_type": "stream", "name": "stdout", "text": "0 round(s) re-run\n"}]
+    t = ct.measure_notebook(notebook(shown, quiet))
+    assert t.rerun_rounds == 3
+    assert t.disturbed.startswith("3 round(s) that other processes disturbed were measured again")
+    assert ct.measure_notebook(notebook(quiet)).disturbed == "no round was disturbed"
+    assert ct.rewrite_sentence(OPENING, t).endswith("as the tables' notes say).")
+    back = ct.rewrite_sentence(ct.rewrite_sentence(OPENING, t), ct.ChapterTime(462, 0, 1))  # 7.7 min: about 8
+    assert back == OPENING.replace("about 9 min", "about 8 min")
+
+
+def test_a_notebook_never_executed_is_refused():
+    with pytest.raises(ValueError, match="execute the notebook first"):
+        ct.measure_notebook(notebook(code(None)))
+
+
+def test_rewrite_sentence_replaces_the_numbers_only():
+    t = ct.ChapterTime(200.0, 0.0, 3)
+    out = ct.rewrite_sentence(OPENING, t)
+    assert "about 4 min of compute" in out and "(3.3 min measured for the committed run" in out
+    assert out.replace("about 4 min", "about 9 min").replace("3.3 min", "7.7 min") == OPENING
+    with_optional = OPENING.replace("; no round", "; the optional parts took 1.0 min of it; no round")
+    assert "the optional parts took 0.0 min of it" in ct.rewrite_sentence(with_optional, t)
+
+
+@pytest.mark.parametrize("text", ["no sentence here", OPENING + " " + OPENING])
+def test_rewrite_sentence_needs_exactly_one_sentence(text):
+    with pytest.raises(ValueError, match="once"):
+        ct.rewrite_sentence(text, ct.ChapterTime(60.0, 0.0, 1))
+
+
+def test_update_rewrites_the_file_and_check_only_reports(tmp_path, capsys):
+    path = tmp_path / "01_x.ipynb"
+    path.write_text(json.dumps(notebook(code(100), code(50))))
+    assert ct.main(["--check", str(path)]) == 1
+    assert "about 9 min" in path.read_text()
+    assert ct.main([str(path)]) == 0
+    assert "about 3 min of compute" in path.read_text() and "(2.5 min measured" in path.read_text()
+    assert ct.main(["--check", str(path)]) == 0
+    assert "up to date" in capsys.readouterr().out
+
+
+def test_main_gives_one_line_for_a_bad_notebook(tmp_path, capsys):
+    path = tmp_path / "02_x.ipynb"
+    path.write_text(json.dumps(notebook(code(None))))
+    assert ct.main([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "make execute" in err
+
+
+def test_committed_chapters_state_the_time_their_run_took():
+    chapters = sorted(ROOT.glob("notebooks/[01][0-9]_*.ipynb"))[1:]  # 00 is the setup check, not a lesson
+    assert len(chapters) == 14
+    stale = [p.name for p in chapters if ct.update(p, check=True)[1]]
+    assert not stale, f"re-measure with: python -m helpers.chapter_time notebooks/NN_*.ipynb ({stale})"
