@@ -119,8 +119,8 @@ execute: setup
 	for nb in $${NB:-notebooks/*.ipynb}; do \
 		COURSE_PROFILE=$${PROFILE:-workshop} TQDM_DISABLE=1 "$(BIN)/jupyter" nbconvert --to notebook --execute --inplace \
 			--ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; \
-		case "$${PROFILE:-workshop} $$nb" in workshop*/[0-9][0-9]_*.ipynb) case "$$nb" in */00_*) ;; \
-			*) "$(BIN)/python" -m helpers.chapter_time "$$nb" || exit 1;; esac;; esac; \
+		[ "$${PROFILE:-workshop}" != workshop ] || case "$$nb" in */00_*|*/student/*) ;; \
+			*) "$(BIN)/python" -m helpers.chapter_time "$$nb" || exit 1;; esac; \
 	done
 
 reproduce: setup

@@ -20,7 +20,6 @@ when the notebook was executed, never from a guess:
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -28,6 +27,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Sequence
+
+import nbformat
 
 from .files import atomic_write_text
 
@@ -138,14 +139,14 @@ def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]
     Returns the measurement and whether the sentence was (or, with ``check``, would be) changed.
     """
     path = Path(path)
-    notebook = json.loads(path.read_text(encoding="utf-8"))
+    notebook = nbformat.read(path, as_version=4)
     time = measure_notebook(notebook)
     opening = notebook["cells"][0]
     old = "".join(opening["source"])
     new = rewrite_sentence(old, time)
     if new != old and not check:
         opening["source"] = new.splitlines(keepends=True)
-        atomic_write_text(path, json.dumps(notebook, indent=1, ensure_ascii=False) + "\n")
+        atomic_write_text(path, nbformat.writes(notebook) + "\n")  # as helpers.student and nbconvert write
     return time, new != old
 
 
@@ -158,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name in args.notebooks:
         try:
             time, changed = update(name, check=args.check)
-        except (OSError, ValueError, KeyError, IndexError) as exc:
+        except (OSError, ValueError, KeyError, IndexError, nbformat.reader.NotJSONError) as exc:
             print(f"error: {name}: {exc}", file=sys.stderr)
             return 2
         stale += changed

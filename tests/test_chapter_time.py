@@ -26,7 +26,10 @@ def md(text):
 
 
 def notebook(*cells, opening=OPENING):
-    return {"cells": [md(opening), *cells], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    cells = [md(opening), *cells]
+    for i, cell in enumerate(cells):
+        cell["id"] = f"cell-{i}"  # nbformat 4.5 cells carry ids
+    return {"cells": cells, "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
 
 
 def test_total_and_optional_parts_from_execution_times():
