@@ -6,6 +6,8 @@
 #   make reproduce -- run every chapter's measurements headless into results/<timestamp>/report.md
 #                     (COURSE_PROFILE=smoke|workshop|full; RESUME=latest continues an interrupted run;
 #                      CHAPTERS="01 05" runs only those chapters)
+#   make setup-ipex -- the IPEX environment (torch 2.8.0 + Intel's retired extension) for chapter 04's IPEX arms
+#   make platforms -- check that the pins resolve on Linux x86-64/aarch64, macOS arm64 and Windows x86-64
 #   make doctor -- check the setup (first step when something fails); writes results/doctor.json
 #   make submit -- pack the latest run's results into one privacy-safe file for a workshop organiser
 #   make pool IN="PATHS..." OUT=DIR -- merge submissions / runs into DIR/index.md with figures
@@ -25,8 +27,15 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 # dates, comments or layout: a second clone, or an edit elsewhere in pyproject.toml, reuses it.
 PINS_HASH := $(shell $(PYTHON) -c 'import hashlib, json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(hashlib.sha256(json.dumps([p["requires-python"], p["dependencies"], p.get("optional-dependencies", {})], sort_keys=True).encode()).hexdigest()[:12])' 2>/dev/null || echo needs-python3.11)
 # What the editable install of helpers depends on besides the clone's folder: the package layout.
-LAYOUT_HASH := $(shell sed -n '/^\[tool.setuptools/,/^\[tool.pytest/p' pyproject.toml | sha256sum | cut -c1-12)
+# (Python's hashlib, not sha256sum: macOS has no sha256sum.)
+LAYOUT_HASH := $(shell sed -n '/^\[tool.setuptools/,/^\[tool.pytest/p' pyproject.toml | $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])')
 CACHE ?= $(HOME)/.cache/accelerate-course
+# The IPEX environment (torch 2.8.0 + IPEX 2.8.0, pins in pyproject's [tool.course.ipex-environment]), keyed
+# by its pins; chapter 04 finds its Python through COURSE_IPEX_PYTHON.
+IPEX_VENV ?= $(shell $(PYTHON) -m helpers.install ipex-venv --cache "$(CACHE)" 2>/dev/null || echo needs-python3.11)
+export COURSE_IPEX_PYTHON := $(IPEX_VENV)/bin/python
+# make test builds the IPEX environment when CI=true or IPEX=1 (learners opt in with make setup-ipex).
+WANT_IPEX := $(if $(filter true 1,$(CI) $(IPEX)),yes,)
 DEVICE ?= cpu
 SETUP_SIZE := about 4 minutes, 8 GB
 ifeq ($(DEVICE),xpu)
@@ -38,7 +47,7 @@ endif
 VENV ?= $(CACHE)/venv-$(PINS_HASH)
 BIN := $(VENV)/bin
 
-.PHONY: setup lab test unit student execute reproduce bench tune doctor submit pool clean-venv
+.PHONY: setup setup-ipex lab test unit unit-ipex student execute reproduce bench tune doctor submit pool platforms clean-venv
 
 $(VENV)/.installed:
 	@echo "Creating the course environment in $(VENV) ($(SETUP_SIZE); first time only)"
@@ -70,6 +79,22 @@ else
 	@"$(BIN)/python" -m pip check
 endif
 
+# The IPEX environment: its own pins, the course package without dependencies (editable: it follows this clone).
+$(IPEX_VENV)/.installed:
+	@echo "Creating the IPEX environment in $(IPEX_VENV) (torch 2.8.0 + IPEX 2.8.0, about 2 minutes, 7 GB; first time only)"
+	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (found %s)" % sys.version.split()[0]'
+	rm -rf "$(IPEX_VENV)"
+	$(PYTHON) -m venv "$(IPEX_VENV)"
+	"$(IPEX_VENV)/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "^WARNING: Location" || true; }
+	"$(IPEX_VENV)/bin/python" -m helpers.install setup-ipex --project "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
+	touch "$@"
+
+setup-ipex: $(IPEX_VENV)/.installed
+	@if ! (cd /tmp && "$(IPEX_VENV)/bin/python" -c 'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" 2>/dev/null); then \
+		echo "Pointing the IPEX environment's helpers at $(CURDIR)"; \
+		PYTHONWARNINGS=ignore "$(IPEX_VENV)/bin/python" -m pip install --quiet --no-deps -e "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }; \
+	fi
+
 # JupyterLab's "receive Jupyter news?" pop-up is answered once for this environment (a settings
 # override inside the venv; the user's own JupyterLab settings are not touched and still win).
 LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/accelerate-course.json
@@ -100,9 +125,12 @@ TEST_SERIAL ?= 02 04 09 11 13
 TEST_CHAPTERS = $(wildcard notebooks/[0-9][0-9]_*.ipynb)
 TEST_SERIAL_NB = $(foreach n,$(TEST_SERIAL),$(filter notebooks/$(n)_%,$(TEST_CHAPTERS)))
 TEST_PARALLEL_NB = $(filter-out $(TEST_SERIAL_NB),$(TEST_CHAPTERS))
-test: setup student
+# The unit tests of the helpers that chapter 04's IPEX children import, under the IPEX environment's torch 2.8.
+IPEX_UNIT := tests/test_ipex_support.py tests/test_models.py tests/test_step.py tests/test_seeds.py tests/test_children.py
+test: setup student $(if $(WANT_IPEX),setup-ipex)
 	@echo "make test runs at COURSE_PROFILE=smoke COURSE_DATA=standin (forced; your COURSE_PROFILE is ignored here)"
 	@rm -rf "$(TEST_RESULTS)"
+	$(if $(WANT_IPEX),$(MAKE) --no-print-directory unit-ipex)
 	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB) $(TEST_PARALLEL_NB:notebooks/%=notebooks/student/%) tests $(NBVAL)
 	$(SMOKE) $(PYTEST) $(TEST_SERIAL_NB) $(TEST_SERIAL_NB:notebooks/%=notebooks/student/%) $(NBVAL)
 
@@ -112,6 +140,13 @@ student: setup
 
 unit: setup
 	"$(BIN)/python" -m pytest tests -p no:cacheprovider
+
+unit-ipex: setup-ipex
+	cd /tmp && COURSE_PROFILE=smoke "$(IPEX_VENV)/bin/python" -m pytest -p no:cacheprovider -q --rootdir "$(CURDIR)" $(IPEX_UNIT:%="$(CURDIR)"/%)
+
+# The pins resolve (wheels only) for Linux x86-64 and aarch64, macOS arm64 (14+) and Windows x86-64 (uv; needs the package index).
+platforms: setup
+	"$(BIN)/python" -m helpers.install platforms
 
 # Re-execute the notebooks in place at workshop size (how committed outputs are made); at the workshop
 # size each chapter's **Time:** sentence is then rewritten from the run (helpers.chapter_time).
@@ -151,4 +186,4 @@ tune: setup
 	"$(BIN)/python" -m helpers.tune --model "$(MODEL)" --budget $${BUDGET:-300} --planned-steps $${STEPS:-1000} --out $${OUT:-results/tune}
 
 clean-venv:
-	rm -rf "$(VENV)"
+	rm -rf "$(VENV)" "$(IPEX_VENV)"

@@ -1,11 +1,18 @@
-"""Install steps of the course's Intel GPU (xpu) environment: ``make setup DEVICE=xpu``.
+"""Install steps of the course's environments other than the default one, and the pins' platform check.
 
 The default environment (``make setup``) installs pyproject.toml's pins as written: PyPI's
-torch 2.8.0 (on Linux x86-64 the CUDA 12.8 build, which also runs on CPUs) and Intel's
-extension for PyTorch (IPEX) 2.8.0, a CPU-only build. An Intel GPU needs torch and
-torchvision of the same versions built for XPU, which PyTorch publishes on its own wheel
-index, and must not get the CPU build of IPEX. This module turns the pins into that
-environment's install steps:
+torch 2.14.1 (on Linux x86-64 a CUDA build, which also runs on CPUs). Three other jobs live here:
+
+* **The IPEX environment** (``make setup-ipex``): Intel's retired extension for PyTorch needs
+  torch 2.8.*, so it gets an environment of its own with the pins of
+  ``[tool.course.ipex-environment]``, keyed by them (``ipex_venv``) like the default one, and the
+  course package installed without dependencies (``ipex_commands``).
+* **The platform check** (``make platforms``): ``uv pip compile`` resolves the default pins for
+  Linux x86-64 and aarch64, macOS arm64 and Windows x86-64 (``PLATFORMS``), so a pin without a
+  wheel somewhere fails here rather than on a learner's laptop.
+* **The XPU environment** (``make setup DEVICE=xpu``). An Intel GPU needs torch and
+  torchvision of the pinned versions built for XPU, which PyTorch publishes on its own wheel
+  index. This module turns the pins into that environment's install steps:
 
 1. torch and torchvision at the pinned versions from PyTorch's XPU index (``XPU_INDEX``; it
    also serves the Intel runtime packages they depend on);
@@ -19,13 +26,17 @@ environment's install steps:
 ``python -m helpers.install setup --device xpu [--dry-run]`` writes the requirement and
 constraint files into the environment's folder and runs (or prints) the commands;
 ``python -m helpers.install check --device xpu`` runs ``pip check`` and accepts only the
-differences this plan makes on purpose. Standard library only: it runs with the new
-environment's Python before anything is installed in it.
+differences this plan makes on purpose. ``python -m helpers.install ipex-venv`` prints the IPEX
+environment's folder, ``setup-ipex`` installs it, ``platforms`` runs the platform check.
+Standard library only: it runs with any Python 3.11 before anything is installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
+import os
 import re
 import shlex
 import subprocess
@@ -37,10 +48,7 @@ from typing import Sequence
 
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 FROM_TORCH_INDEX: tuple[str, ...] = ("torch", "torchvision")
-LEFT_OUT: dict[str, str] = {
-    "intel-extension-for-pytorch": "its PyPI wheel is the CPU-only build and requires PyPI's torch; "
-                                   "native torch.xpu needs no extension",
-}
+LEFT_OUT: dict[str, str] = {}
 UNPINNED: dict[str, str] = {
     "intel-openmp": "the XPU build of torch requires Intel's runtime packages at versions of its own",
 }
@@ -160,6 +168,94 @@ def unexpected_pip_check_lines(output: str, plan: XpuPlan) -> list[str]:
     return out
 
 
+# ----------------------------------------------------------------------------------------
+# The IPEX environment
+# ----------------------------------------------------------------------------------------
+
+DEFAULT_CACHE = Path.home() / ".cache" / "accelerate-course"
+"""Where the course's environments live (the Makefile's ``CACHE``)."""
+
+
+def ipex_pins(pyproject: Path | str = ROOT / "pyproject.toml") -> list[str]:
+    """The IPEX environment's pins: ``[tool.course.ipex-environment] dependencies``."""
+    tool = tomllib.loads(Path(pyproject).read_text()).get("tool", {}).get("course", {})
+    pins = tool.get("ipex-environment", {}).get("dependencies")
+    if not pins:
+        raise InstallError("pyproject.toml has no [tool.course.ipex-environment] dependencies")
+    for line in pins:
+        if parse_pin(line)[1] is None:
+            raise InstallError(f"the IPEX environment's pins must be exact (name==version): {line!r}")
+    return list(pins)
+
+
+def pins_key(pins: Sequence[str]) -> str:
+    """12 hex digits that change whenever a pin changes (and never for comments or layout)."""
+    return hashlib.sha256(json.dumps(sorted(pins)).encode()).hexdigest()[:12]
+
+
+def ipex_venv(cache: Path | str | None = None, pyproject: Path | str = ROOT / "pyproject.toml") -> Path:
+    """The IPEX environment's folder: ``<cache>/venv-ipex-<key of its pins>``."""
+    return Path(cache or DEFAULT_CACHE) / f"venv-ipex-{pins_key(ipex_pins(pyproject))}"
+
+
+def ipex_supported(system: str | None = None, machine: str | None = None) -> bool:
+    """IPEX 2.8.0 publishes CPU wheels for Linux x86-64 only."""
+    import platform  # noqa: PLC0415
+
+    return (system or platform.system()) == "Linux" and (machine or platform.machine()) in ("x86_64", "AMD64")
+
+
+def ipex_commands(python: str, pins: Sequence[str], project: Path | str = ROOT) -> list[list[str]]:
+    """The commands that install the IPEX environment into the venv of ``python``."""
+    pip = [python, "-m", "pip", "install", "--quiet"]
+    check = ("import importlib.metadata as m, torch; "
+             "print('IPEX environment: torch', torch.__version__, '| intel-extension-for-pytorch', "
+             "m.version('intel-extension-for-pytorch'))")
+    return [pip + list(pins), pip + ["--no-deps", "-e", str(project)], [python, "-c", check]]
+
+
+# ----------------------------------------------------------------------------------------
+# The pins on other platforms
+# ----------------------------------------------------------------------------------------
+
+PLATFORMS: dict[str, str] = {
+    "Linux x86-64": "x86_64-manylinux_2_28",
+    "Linux aarch64": "aarch64-manylinux_2_28",
+    "macOS arm64 (14 or later)": "aarch64-apple-darwin",
+    "Windows x86-64": "x86_64-pc-windows-msvc",
+}
+"""The platforms the default pins must install on, as uv's ``--python-platform`` names them."""
+MACOS_TARGET = "14.0"
+
+
+def platform_command(python: str, requirements: Path | str, platform_name: str) -> list[str]:
+    """``uv pip compile`` of ``requirements`` for one of ``PLATFORMS``, wheels only, Python 3.11."""
+    return [python, "-m", "uv", "pip", "compile", str(requirements), "--python-version", "3.11",
+            "--python-platform", PLATFORMS[platform_name], "--only-binary", ":all:", "--no-header",
+            "--quiet", "--no-annotate"]
+
+
+def check_platforms(python: str = sys.executable, pyproject: Path | str = ROOT / "pyproject.toml",
+                    folder: Path | str | None = None) -> dict[str, str]:
+    """Resolve the default pins for every platform; returns {platform: "" if ok, else uv's error}."""
+    import tempfile  # noqa: PLC0415
+
+    folder = Path(folder or tempfile.mkdtemp(prefix="course-platforms-"))
+    req = folder / "course-requirements.txt"
+    req.write_text("".join(f"{r}\n" for r in course_requirements(pyproject)))
+    env = {**os.environ, "MACOSX_DEPLOYMENT_TARGET": MACOS_TARGET}
+    out = {}
+    for name in PLATFORMS:
+        proc = subprocess.run(platform_command(python, req, name), capture_output=True, text=True, env=env)
+        out[name] = "" if proc.returncode == 0 else tail_lines(proc.stderr or proc.stdout)
+    return out
+
+
+def tail_lines(text: str, lines: int = 6) -> str:
+    """The last ``lines`` non-empty lines of ``text``."""
+    return "\n".join([ln for ln in text.strip().splitlines() if ln.strip()][-lines:])
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m helpers.install", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -172,16 +268,45 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="pip check, accepting only the differences the plan makes on purpose")
     check.add_argument("--device", choices=["xpu"], required=True)
     check.add_argument("--python", default=sys.executable)
+    venv = sub.add_parser("ipex-venv", help="print the IPEX environment's folder (keyed by its pins)")
+    venv.add_argument("--cache", default=None, help=f"where the environments live (default {DEFAULT_CACHE})")
+    ipex = sub.add_parser("setup-ipex", help="install the IPEX environment into the venv of --python")
+    ipex.add_argument("--python", default=sys.executable)
+    ipex.add_argument("--project", default=str(ROOT))
+    ipex.add_argument("--dry-run", action="store_true")
+    sub.add_parser("platforms", help="resolve the default pins for Linux x86-64/aarch64, macOS arm64, Windows")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.command == "ipex-venv":
+        print(ipex_venv(args.cache))
+        return 0
+    if args.command == "setup-ipex":
+        if not ipex_supported():
+            raise InstallError("IPEX 2.8.0 publishes CPU wheels for Linux x86-64 only: chapter 04's IPEX arms "
+                               "need such a machine (the rest of the course runs without them)")
+        for cmd in ipex_commands(args.python, ipex_pins(), args.project):
+            print("+", shlex.join(cmd), flush=True)
+            if not args.dry_run:
+                subprocess.run(cmd, check=True)
+        return 0
+    if args.command == "platforms":
+        failed = {}
+        for name, error in check_platforms().items():
+            print(f"{name:<28} {'resolves' if not error else 'FAILS'}", flush=True)
+            if error:
+                failed[name] = error
+        for name, error in failed.items():
+            print(f"\n{name}:\n  " + error.replace("\n", "\n  "), file=sys.stderr)
+        return 1 if failed else 0
     plan = xpu_plan()
     if args.command == "setup":
         write_files(plan, args.folder)
-        print(f"XPU environment: torch/torchvision from {XPU_INDEX}; left out: {', '.join(plan.left_out)} "
-              f"({'; '.join(LEFT_OUT[n] for n in plan.left_out)})")
+        print(f"XPU environment: torch/torchvision from {XPU_INDEX}"
+              + (f"; left out: {', '.join(plan.left_out)} ({'; '.join(LEFT_OUT[n] for n in plan.left_out)})"
+                 if plan.left_out else ""))
         for cmd in xpu_commands(plan, args.python, args.folder, args.project):
             print("+", shlex.join(cmd), flush=True)
             if not args.dry_run:
@@ -192,7 +317,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if bad:
         print("pip check found problems the XPU plan does not explain:\n  " + "\n  ".join(bad), file=sys.stderr)
         return 1
-    print(f"pip check: ok for the XPU environment ({', '.join(plan.left_out)} left out on purpose)")
+    print("pip check: ok for the XPU environment"
+          + (f" ({', '.join(plan.left_out)} left out on purpose)" if plan.left_out else ""))
     return 0
 
 

@@ -3,22 +3,29 @@
 IPEX 2.8 is the final release (development stopped after 2.8; the repository is archived
 and flagged as having known security issues). Its CPU build requires torch 2.8.* and, on a
 version mismatch, its import prints an error and exits the process -- which would kill a
-Jupyter kernel. So this module checks versions from package metadata *before* importing,
-and checks the CPU before asking for bf16 weight prepacking (which asserts AVX-512 or
-AVX-NE-CONVERT). Upstream replacements: ``torch.compile`` (Inductor) and
-``torch.autocast('cpu', dtype=torch.bfloat16)`` on CPUs, native ``torch.xpu`` on Intel GPUs.
+Jupyter kernel. The course's default environment runs current PyTorch and never imports it:
+IPEX lives in an environment of its own (``make setup-ipex``; ``ipex_python`` finds its Python,
+``environment`` reads its versions without importing anything). In that environment this module
+checks versions from package metadata *before* importing, and checks the CPU before asking for
+bf16 weight prepacking (which asserts AVX-512 or AVX-NE-CONVERT). Upstream replacements:
+``channels_last``, fused Adam, ``torch.autocast('cpu', dtype=torch.bfloat16)`` and
+``torch.compile`` (Inductor) on CPUs, native ``torch.xpu`` on Intel GPUs.
 
-It also runs chapter 04's IPEX-against-stock comparison: ``python -m helpers.ipex_support
---serve VARIANT`` is one variant's long-lived child process (``helpers.children`` protocol), so
-that only the IPEX variants' processes ever import IPEX (its import replaces some of PyTorch's
-kernels, the CPU autocast ones included).
+It also runs chapter 04's comparison across environments: ``python -m helpers.ipex_support
+--serve VARIANT`` is one variant's long-lived child process (``helpers.children`` protocol),
+started with the IPEX environment's Python for the torch 2.8 arms and with the course's own
+Python for the current-PyTorch arm, so that only the IPEX variants' processes ever import IPEX
+(its import replaces some of PyTorch's kernels, the CPU autocast ones included).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import resource
+import subprocess
 import sys
 import time
 import warnings
@@ -39,11 +46,16 @@ from .seeds import set_seed  # noqa: E402
 from .step import train_step  # noqa: E402
 
 RETIREMENT_NOTE = (
-    "Intel Extension for PyTorch is retired: 2.8 is its last release, its repository is archived "
-    "and flagged as having known security issues. Use it to reproduce the book; for new work use "
-    "torch.compile, torch.autocast and native torch.xpu instead. The course runs without it: where it "
-    "is missing, chapter 04 and the tuning search (chapter 13) skip their IPEX parts and say so."
+    "Intel Extension for PyTorch is retired: 2.8 is its last release (it needs torch 2.8.*), its repository "
+    "is archived and flagged as having known security issues. Use it to reproduce the book; for new work use "
+    "current PyTorch's channels_last, fused optimizers, torch.autocast, torch.compile and native torch.xpu. "
+    "The course's own environment never imports it: chapter 04 runs its IPEX arms in the IPEX environment "
+    "(make setup-ipex) and skips them, saying so, where that environment is absent."
 )
+SETUP_COMMAND = "make setup-ipex"
+"""The one command that installs the IPEX environment (Linux x86-64)."""
+IPEX_PYTHON_ENV = "COURSE_IPEX_PYTHON"
+"""The variable through which the Makefile tells a notebook where the IPEX environment's Python is."""
 
 
 class IPEXUnavailable(RuntimeError):
@@ -56,15 +68,64 @@ def status() -> dict[str, object]:
         version = metadata.version("intel-extension-for-pytorch")
     except metadata.PackageNotFoundError:
         return {"installed": None, "torch": torch.__version__, "compatible": False,
-                "message": "IPEX is not installed (pip install intel-extension-for-pytorch==2.8.0, Linux x86-64)."}
+                "message": f"IPEX is not installed in this environment; it lives in the IPEX environment ({SETUP_COMMAND})."}
     ipex_mm = version.split("+")[0].split(".")[:2]
     torch_mm = torch.__version__.split("+")[0].split(".")[:2]
     ok = ipex_mm == torch_mm
     message = "ok" if ok else (
         f"IPEX {version} needs torch {'.'.join(ipex_mm)}.* but torch {torch.__version__} is installed; "
-        "importing it would end this Python process. Install matching versions (the course pins torch 2.8.0)."
+        f"importing it would end this Python process. Use the IPEX environment ({SETUP_COMMAND}: torch 2.8.0)."
     )
     return {"installed": version, "torch": torch.__version__, "compatible": ok, "message": message}
+
+
+def ipex_python() -> str | None:
+    """The IPEX environment's Python: ``$COURSE_IPEX_PYTHON`` (the Makefile sets it), else the environment
+    keyed by this clone's pins in the default cache; None when neither exists."""
+    from . import install  # noqa: PLC0415  (standard library only)
+
+    wanted = os.environ.get(IPEX_PYTHON_ENV)
+    if wanted:
+        return wanted if os.path.exists(wanted) else None
+    try:
+        candidate = install.ipex_venv() / "bin" / "python"
+    except install.InstallError:
+        return None
+    return str(candidate) if candidate.exists() else None
+
+
+_PROBE = ("import importlib.metadata as m, json, sys\n"
+          "def v(n):\n"
+          "    try:\n        return m.version(n)\n"
+          "    except m.PackageNotFoundError:\n        return None\n"
+          "print(json.dumps({'python': sys.version.split()[0], 'torch': v('torch'), "
+          "'torchvision': v('torchvision'), 'ipex': v('intel-extension-for-pytorch'), "
+          "'helpers': v('accelerate-course-helpers')}))")
+
+
+def environment(python: str | None = None) -> dict[str, Any]:
+    """What the IPEX environment holds, read from package metadata in its own Python (IPEX is not imported).
+
+    Returns ``{"python": path or None, "ok": bool, "torch", "torchvision", "ipex", "message"}``;
+    ``message`` says what to do when ``ok`` is False.
+    """
+    python = python or ipex_python()
+    if python is None:
+        return {"python": None, "ok": False, "torch": None, "torchvision": None, "ipex": None,
+                "message": f"the IPEX environment is not installed: {SETUP_COMMAND} (Linux x86-64, about 2 minutes)"}
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"python": python, "ok": False, "torch": None, "torchvision": None, "ipex": None,
+                "message": f"{python} does not answer; rebuild the IPEX environment: {SETUP_COMMAND}"}
+    ok = bool(found.get("ipex") and found.get("torch") and
+              found["ipex"].split("+")[0].split(".")[:2] == found["torch"].split("+")[0].split(".")[:2]
+              and found.get("helpers"))
+    message = "ok" if ok else (f"the IPEX environment at {python} is incomplete (torch {found.get('torch')}, IPEX "
+                               f"{found.get('ipex')}, course package {found.get('helpers')}): {SETUP_COMMAND}")
+    return {"python": python, "ok": ok, "torch": found.get("torch"), "torchvision": found.get("torchvision"),
+            "ipex": found.get("ipex"), "message": message}
 
 
 def load() -> ModuleType:
@@ -123,20 +184,27 @@ class Variant:
     bf16: bool = False            # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
     ipex: bool = False            # model and optimizer through ipex.optimize (IPEX imported in its process)
     compile: str | None = None    # a torch.compile backend ("inductor", "ipex"), None = eager
+    fused: bool = False           # torch.optim.Adam(..., fused=True): one kernel updates every parameter
 
 
 VARIANTS: dict[str, Variant] = {
     "stock_fp32": Variant(),
+    "stock_fused": Variant(fused=True),
     "stock_fp32_cl": Variant(channels_last=True),
     "ipex_fp32": Variant(ipex=True),
     "stock_bf16_cl": Variant(channels_last=True, bf16=True),
     "ipex_bf16": Variant(ipex=True, bf16=True),
     "inductor": Variant(compile="inductor"),
     "ipex_backend": Variant(ipex=True, compile="ipex"),
+    "upstream": Variant(channels_last=True, fused=True, compile="inductor"),
+    "upstream_bf16": Variant(channels_last=True, fused=True, bf16=True, compile="inductor"),
 }
-"""The variants a child can serve. ``ipex_fp32``/``ipex_bf16``: ``ipex.optimize`` (which puts
-convolution weights in oneDNN's blocked layout itself); ``ipex_backend``: ``torch.compile`` with
-the ``ipex`` backend on a plain model; ``inductor``: ``torch.compile``'s default backend."""
+"""The variants a child can serve. ``stock_fused``: Adam with ``fused=True`` (the fair control for
+IPEX's fused optimizer); ``ipex_fp32``/``ipex_bf16``: ``ipex.optimize`` (which puts convolution
+weights in oneDNN's blocked layout itself and fuses the optimizer's update); ``ipex_backend``:
+``torch.compile`` with the ``ipex`` backend on a plain model; ``inductor``: ``torch.compile``'s
+default backend; ``upstream``/``upstream_bf16``: current PyTorch's replacements for IPEX together
+(channels-last, fused Adam, ``torch.compile``, and bf16 autocast where the CPU has bf16 kernels)."""
 
 
 def variant(name: str) -> Variant:
@@ -165,6 +233,12 @@ def prepare(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer
     return model, optimizer, dtype, v.channels_last
 
 
+def make_optimizer(name: str, model: torch.nn.Module, lr: float = 1e-3) -> torch.optim.Optimizer:
+    """Adam for variant ``name``: ``fused=True`` where the variant asks for it, else PyTorch's default
+    (on CPU tensors the single-tensor loop: one small kernel per parameter and statistic)."""
+    return torch.optim.Adam(model.parameters(), lr=lr, **({"fused": True} if variant(name).fused else {}))
+
+
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
           dtype: torch.dtype | None, channels_last: bool) -> torch.Tensor:
     """One training step (the course's one, ``helpers.step.train_step``), the batch in the variant's layout."""
@@ -190,7 +264,7 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     set_seed(seed)
     started = time.perf_counter()
     model = models.book_cnn(dataset).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = make_optimizer(name, model, lr)
     model, optimizer, dtype, cl = prepare(name, model, optimizer)
     step_model = model if v.compile is None else torch.compile(model, backend=v.compile)
     prepared = time.perf_counter()
@@ -228,7 +302,7 @@ def profile_ops(name: str, x: torch.Tensor, y: torch.Tensor, *, dataset: str = "
 
     set_seed(seed)
     model = models.book_cnn(dataset).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    optimizer = make_optimizer(name, model)
     model, optimizer, dtype, cl = prepare(name, model, optimizer)
     for _ in range(warmup):
         _step(model, optimizer, x, y, dtype, cl)
@@ -262,10 +336,12 @@ def op_groups(ops: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def serve_argv(name: str, *, dataset: str = "cifar10", train_size: int = 1024, test_size: int = 256,
-               batch_size: int = 64, lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0) -> list[str]:
-    """The command line of the child process that serves variant ``name`` (see ``main``)."""
+               batch_size: int = 64, lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0,
+               python: str | None = None) -> list[str]:
+    """The command line of the child process that serves variant ``name`` (see ``main``), run by
+    ``python`` (default: this one; the IPEX environment's Python for the torch 2.8 arms)."""
     variant(name)
-    return [sys.executable, "-m", "helpers.ipex_support", "--serve", name, "--dataset", dataset,
+    return [python or sys.executable, "-m", "helpers.ipex_support", "--serve", name, "--dataset", dataset,
             "--train-size", str(train_size), "--test-size", str(test_size), "--batch-size", str(batch_size),
             "--lr", repr(lr), "--warmup-steps", str(warmup_steps), "--seed", str(seed)]
 
@@ -294,7 +370,8 @@ def _serve(args: argparse.Namespace) -> None:
             model = models.book_cnn(args.dataset).train()
             model, _, dtype, cl = prepare(args.serve, model, torch.optim.Adam(model.parameters()))
             conv = model.layer1[0]
-            return {"conv1": type(conv).__name__, "weight_dtype": str(conv.weight.dtype).removeprefix("torch."),
+            return {"torch": torch.__version__, "fused_adam": v.fused or v.ipex, "compiled": v.compile or "eager",
+                    "conv1": type(conv).__name__, "weight_dtype": str(conv.weight.dtype).removeprefix("torch."),
                     "autocast": str(dtype).removeprefix("torch.") if dtype else "off", "channels_last_inputs": cl,
                     "ipex_imported": "intel_extension_for_pytorch" in sys.modules,
                     "standin": data.is_standin(train_ds), "torch_threads": torch.get_num_threads()}

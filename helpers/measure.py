@@ -8,9 +8,13 @@
 6. results recorded as rows with the machine fingerprint (``helpers.results``).
 
 ``verdict`` is the course's one comparison rule: every "faster" or "slower" that a chapter,
-the tuner or a report prints is its word. ``interleaved`` runs variants in rotated rounds
-(A B C, B C A, ...), each round building every variant afresh, and re-runs rounds that
-other processes disturbed (``helpers.cpu_meter``).
+the tuner or a report prints is its word. ``interleaved`` runs variants in rounds ordered by a
+Williams design (``williams_orders``: every arm follows every other equally often, so what one
+arm leaves in the process reaches each arm alike), each round building every variant afresh,
+re-runs rounds that other processes disturbed (``helpers.cpu_meter``), and, when the variants
+include an A/A arm (``with_aa``: the baseline again under another name), measures the whole
+comparison again while that arm gets a verdict; if it still does, the run is marked disturbed and
+no verdict is given for the other arms.
 
 What a training step costs (FLOPs, the matmul peak, time per phase) is ``helpers.step_cost``.
 """
@@ -47,6 +51,12 @@ MIN_ROUNDS = 6
 
 MIN_EFFECT = 0.02
 NO_DIFFERENCE = "no measurable difference"
+DISTURBED = "disturbed: no conclusion from this run"
+"""The word for every arm when the A/A arm (the baseline against itself) got a verdict."""
+AA_PREFIX = "A/A: "
+AA_ATTEMPTS = 3
+"""How many times ``interleaved`` measures a comparison with an A/A arm before it gives up (workshop and
+full sizes; once at the smoke size)."""
 
 
 @lru_cache(maxsize=None)
@@ -119,6 +129,11 @@ class Verdict:
     def won(self) -> bool:
         return self.word == "faster"
 
+    @property
+    def decided(self) -> bool:
+        """Whether the word is a verdict about the variant ("faster" or "slower")."""
+        return self.word in ("faster", "slower")
+
     def __str__(self) -> str:
         if self.reason:
             return f"{self.ratio:.2f}x: {self.word} ({self.reason})"
@@ -184,6 +199,9 @@ class Rounds:
     disturbed: int = 0
     limit: float = INTERFERENCE_LIMIT
     unit: str = "s"
+    orders: list[list[str]] = field(default_factory=list)
+    attempts: int = 1
+    aa_failed: bool = False
 
     def result(self, name: str) -> "Result":
         """One variant's values as a ``Result`` (metrics: the median over rounds)."""
@@ -192,8 +210,34 @@ class Rounds:
         return Result(name, list(self.samples[name]), list(self.warmup.get(name, [])), med)
 
     def verdict(self, name: str, baseline: str | None = None, **kwargs: Any) -> Verdict:
+        """``verdict`` of ``name`` against ``baseline`` (default: the first variant) over these rounds.
+
+        When the A/A arm got a verdict (``aa_failed``), every other comparison's word is ``DISTURBED``
+        (ratio and interval still given): a run whose baseline differs from itself supports no verdict.
+        """
         base = baseline or self.names[0]
-        return verdict(self.samples[base], self.samples[name], **kwargs)
+        v = verdict(self.samples[base], self.samples[name], **kwargs)
+        if self.aa_failed and not name.startswith(AA_PREFIX):
+            return Verdict(v.ratio, v.low, v.high, DISTURBED, v.rounds, v.confidence, v.reason, v.min_effect)
+        return v
+
+    @property
+    def aa(self) -> str | None:
+        """The A/A arm's name, if the comparison has one."""
+        return next((n for n in self.names if n.startswith(AA_PREFIX)), None)
+
+    def aa_verdict(self) -> Verdict | None:
+        """The A/A arm against the arm it repeats (None without an A/A arm)."""
+        name = self.aa
+        return None if name is None else verdict(self.samples[aa_baseline(name)], self.samples[name])
+
+    def followers(self) -> dict[tuple[str, str], int]:
+        """How often each arm came right after each other arm within a round: ``{(before, after): count}``."""
+        out: dict[tuple[str, str], int] = {}
+        for order in self.orders:
+            for a, b in zip(order, order[1:]):
+                out[(a, b)] = out.get((a, b), 0) + 1
+        return out
 
     @property
     def rounds(self) -> int:
@@ -201,7 +245,7 @@ class Rounds:
 
     def note(self) -> str:
         """What the table's reader needs to know about how these rounds were taken."""
-        text = (f"{self.rounds} interleaved rounds (order rotated, every variant built afresh each round); "
+        text = (f"{self.rounds} interleaved rounds (order balanced for carry-over, every variant built afresh each round); "
                 f"speed-up = baseline/variant, median over rounds, with its 95% interval; "
                 f"verdict by helpers.measure.verdict (> {1 + MIN_EFFECT:.2f}x or < {1 - MIN_EFFECT:.2f}x for the whole interval).")
         if self.reruns:
@@ -210,6 +254,16 @@ class Rounds:
             text += f" {self.disturbed} kept round(s) still disturbed (re-run budget spent): read the result with care."
         if self.rounds < MIN_ROUNDS:
             text += f" Fewer than {MIN_ROUNDS} rounds: too few for any verdict."
+        aa = self.aa_verdict()
+        if aa is not None and self.rounds >= MIN_ROUNDS:
+            if self.aa_failed:
+                text += (f" Disturbed: the A/A arm (the baseline against itself) measured {aa.ratio:.2f}x [{aa.interval}] "
+                         f"in attempt {self.attempts} of {self.attempts}, so this run gives no verdict.")
+            elif self.attempts > 1:
+                text += (f" A/A passed in attempt {self.attempts} (the {self.attempts - 1} earlier attempt(s) failed it "
+                         f"and were measured again as a whole).")
+            else:
+                text += " A/A passed in the first attempt."
         return text
 
     def table(self, baseline: str | None = None, *, metrics: Sequence[str] = (), title: str = "",
@@ -247,19 +301,66 @@ def _value(got: Any) -> tuple[float, dict[str, float], list[float]]:
     return float(got), {}, []
 
 
+def williams_orders(n: int) -> list[list[int]]:
+    """Orders of ``n`` arms (0..n-1) balanced for first-order carry-over (a Williams design).
+
+    Within a round every arm comes right after every other arm equally often over the design:
+    once over the ``n`` orders for even ``n``, twice over ``2n`` orders for odd ``n`` (the ``n``
+    rows of a cyclic Latin square and their mirror images). Every arm is also first once per ``n``
+    orders.
+    """
+    if n < 1:
+        raise ValueError("a design needs at least one arm")
+    first, low, high = [0], 1, n - 1
+    while len(first) < n:  # 0, 1, n-1, 2, n-2, ...
+        first.append(low if len(first) % 2 else high)
+        low, high = (low + 1, high) if len(first) % 2 == 0 else (low, high - 1)
+    rows = [[(a + r) % n for a in first] for r in range(n)]
+    return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
+
+
+def aa_name(baseline: str) -> str:
+    """The name of the A/A arm that repeats ``baseline``."""
+    return f"{AA_PREFIX}{baseline} again"
+
+
+def aa_baseline(name: str) -> str:
+    """The arm an A/A arm repeats (``aa_name``'s inverse); ValueError for other names."""
+    if not (name.startswith(AA_PREFIX) and name.endswith(" again")):
+        raise ValueError(f"{name!r} is not an A/A arm's name (made by aa_name)")
+    return name[len(AA_PREFIX):-len(" again")]
+
+
+def with_aa(variants: Mapping[str, Callable[[], Any]], baseline: str | None = None,
+            again: Callable[[], Any] | None = None) -> dict[str, Callable[[], Any]]:
+    """``variants`` plus an A/A arm: the baseline (default: the first) measured a second time under its own
+    name. ``again`` is the callable for it (default: the baseline's own; a fresh-process comparison passes a
+    call to a second child of the same settings)."""
+    base = baseline or next(iter(variants))
+    if base not in variants:
+        raise ValueError(f"no variant {base!r} to repeat as the A/A arm")
+    return {**variants, aa_name(base): again or variants[base]}
+
+
 def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = None, *,
                 max_reruns: int | None = None, limit: float = INTERFERENCE_LIMIT, warmup_rounds: int = 0,
-                progress: bool = True, desc: str = "rounds", unit: str = "s") -> Rounds:
-    """Measure every variant once per round, the order rotated each round (A B C, B C A, ...).
+                progress: bool = True, desc: str = "rounds", unit: str = "s",
+                attempts: int | None = None) -> Rounds:
+    """Measure every variant once per round, in orders of a Williams design (``williams_orders``).
 
     Each callable builds its variant afresh (a new seeded model, optimizer and inputs, its own
     warm-up untimed) and returns the timed value: a float, ``(value, metrics)`` or a ``Result``
     (its median sample, metrics and warm-up). ``rounds`` defaults to ``ROUNDS``
-    (``run_sizes.pick`` a smaller number for the smoke size). A round during which other
-    processes or the hypervisor took more than ``limit`` cores is measured again, at most
-    ``max_reruns`` times in all (default: none at the smoke size, where the tests share the
-    machine, else half the rounds); the table's note says how many were.
-    ``warmup_rounds`` untimed rounds run first (lazy imports, caches).
+    (``run_sizes.pick`` a smaller number for the smoke size). Round i takes the design's order
+    i (cycling); a round during which other processes or the hypervisor took more than ``limit``
+    cores is measured again in the same order, at most ``max_reruns`` times in all (default: none
+    at the smoke size, where the tests share the machine, else half the rounds); the table's note
+    says how many were. ``warmup_rounds`` untimed rounds run first (lazy imports, caches).
+
+    With an A/A arm among the variants (``with_aa``), a comparison whose A/A arm gets a verdict is
+    measured again as a whole, up to ``attempts`` times (default ``AA_ATTEMPTS``, 1 at the smoke
+    size); the result counts the attempts, and when the last one still fails, ``aa_failed`` is set
+    and ``Rounds.verdict`` says ``DISTURBED`` for every other arm.
     """
     names = list(variants)
     if not names:
@@ -269,25 +370,45 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
         raise ValueError("rounds must be >= 1 and warmup_rounds >= 0")
     if max_reruns is None:
         max_reruns = run_sizes.pick(smoke=0, workshop=rounds // 2, full=rounds // 2)
-    out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit, unit=unit)
+    attempts = run_sizes.pick(smoke=1, workshop=AA_ATTEMPTS, full=AA_ATTEMPTS) if attempts is None else attempts
+    if attempts < 1:
+        raise ValueError("attempts must be >= 1")
+    aa = [n for n in names if n.startswith(AA_PREFIX)]
+    for name in aa:
+        if aa_baseline(name) not in variants:
+            raise ValueError(f"the A/A arm {name!r} repeats no variant of this comparison")
     for w in range(warmup_rounds):
         for name in names:
             variants[name]()
+    design = [[names[i] for i in order] for order in williams_orders(len(names))]
+    for attempt in range(1, attempts + 1):
+        out = _measure_rounds(variants, names, design, rounds, max_reruns, limit, unit,
+                              f"{desc} (attempt {attempt})" if attempt > 1 else desc, progress)
+        out.attempts = attempt
+        failed = [n for n in aa if verdict(out.samples[aa_baseline(n)], out.samples[n]).word != NO_DIFFERENCE]
+        out.aa_failed = bool(failed)
+        if not failed:
+            break
+    return out
+
+
+def _measure_rounds(variants: Mapping[str, Callable[[], Any]], names: list[str], design: list[list[str]],
+                    rounds: int, max_reruns: int, limit: float, unit: str, desc: str, progress: bool) -> Rounds:
+    """One attempt of ``interleaved``: ``rounds`` kept rounds in the design's orders, disturbed ones re-run."""
+    out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit, unit=unit)
     bar = _progress(rounds, desc) if progress else None
-    i = 0
     try:
         while len(out.interference) < rounds:
-            k = len(out.interference) + i  # rotate by every round started, kept or not
-            order = names[k % len(names):] + names[:k % len(names)]
+            order = design[len(out.interference) % len(design)]  # a re-run round repeats its own order
             meter = CpuMeter().start()
             got = {name: _value(variants[name]()) for name in order}
             load = meter.stop()
             if load.disturbed(limit) and out.reruns < max_reruns:
                 out.reruns += 1
-                i += 1
                 continue
             out.disturbed += load.disturbed(limit)
             out.interference.append(load)
+            out.orders.append(list(order))
             for name in names:
                 value, metrics, warm = got[name]
                 out.samples[name].append(value)

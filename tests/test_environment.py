@@ -40,18 +40,52 @@ def test_pyproject_and_environment_yml_pin_the_same_versions_and_markers():
     assert "python=3.11" in env["dependencies"] and "-e ." in options
 
 
-def test_markers_guard_the_linux_only_wheels():
-    pins = _pins(_project_requirements())
-    for name in ("intel-extension-for-pytorch", "intel-openmp"):
-        assert "platform_system == \"Linux\"" in pins[name][1] and "x86_64" in pins[name][1]
+PLATFORMS = {  # marker values of the four platforms the pins must install on
+    "Linux x86-64": {"platform_system": "Linux", "platform_machine": "x86_64", "sys_platform": "linux"},
+    "Linux aarch64": {"platform_system": "Linux", "platform_machine": "aarch64", "sys_platform": "linux"},
+    "macOS arm64": {"platform_system": "Darwin", "platform_machine": "arm64", "sys_platform": "darwin"},
+    "Windows x86-64": {"platform_system": "Windows", "platform_machine": "AMD64", "sys_platform": "win32"},
+}
+
+
+def _installed_on(platform):
+    env = {**PLATFORMS[platform], "python_version": "3.11", "python_full_version": "3.11.7", "os_name": "posix",
+           "implementation_name": "cpython", "platform_python_implementation": "CPython", "extra": ""}
+    return {Requirement(r).name.lower() for r in _project_requirements()
+            if Requirement(r).marker is None or Requirement(r).marker.evaluate(env)}
+
+
+def test_markers_leave_out_exactly_the_packages_without_wheels_there():
+    everything = {Requirement(r).name.lower() for r in _project_requirements()}
+    assert _installed_on("Linux x86-64") == everything
+    assert everything - _installed_on("Linux aarch64") == {"nni", "openvino", "intel-openmp"}
+    assert everything - _installed_on("macOS arm64") == {"nni", "intel-openmp"}
+    assert everything - _installed_on("Windows x86-64") == {"intel-openmp"}
     assert Requirement(next(r for r in _yml_pip_requirements()[1] if r.startswith("intel-openmp"))).marker.evaluate(
         {"platform_system": "Darwin", "platform_machine": "arm64"}) is False
 
 
-def test_the_book_stack_is_pinned():
+def test_current_torch_in_the_default_environment_and_ipex_in_its_own():
     pins = _pins(PYPROJECT["project"]["dependencies"])
-    assert pins["torch"][0] == "2.8.0" and pins["torchvision"][0] == "0.23.0"
-    assert pins["intel-extension-for-pytorch"][0] == "2.8.0" and pins["nni"][0] == "3.0"
+    major, minor = (int(x) for x in pins["torch"][0].split(".")[:2])
+    assert (major, minor) >= (2, 14) and pins["torchvision"][0] == "0.29.1"
+    assert "intel-extension-for-pytorch" not in pins and pins["nni"][0] == "3.0" and "onnxscript" in pins
+    ipex = _pins(PYPROJECT["tool"]["course"]["ipex-environment"]["dependencies"])
+    assert ipex["torch"][0] == "2.8.0" and ipex["torchvision"][0] == "0.23.0"
+    assert ipex["intel-extension-for-pytorch"][0] == "2.8.0"
+
+
+def test_ipex_environment_is_keyed_by_its_pins_and_built_by_make():
+    from helpers import install
+
+    makefile = (ROOT / "Makefile").read_text()
+    assert "helpers.install ipex-venv" in makefile and re.search(r"^setup-ipex: \$\(IPEX_VENV\)/\.installed", makefile, re.M)
+    assert re.search(r"^test: setup student \$\(if \$\(WANT_IPEX\),setup-ipex\)", makefile, re.M)
+    pins = install.ipex_pins()
+    folder = install.ipex_venv("/cache")
+    assert folder.parent == Path("/cache") and folder.name == f"venv-ipex-{install.pins_key(pins)}"
+    assert install.pins_key(list(reversed(pins))) == install.pins_key(pins)
+    assert install.pins_key(pins + ["six==1.16.0"]) != install.pins_key(pins)
 
 
 def test_every_helpers_folder_is_packaged_with_its_data():

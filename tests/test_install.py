@@ -1,5 +1,6 @@
-"""Tests of helpers.install: the Intel GPU (xpu) environment's install plan and commands, made from
-pyproject.toml's pins (no network here). The Makefile's use of it: test_environment.py."""
+"""Tests of helpers.install: the Intel GPU (xpu) environment's install plan and commands, the IPEX
+environment and the platform check, made from pyproject.toml's pins (no network here). The
+Makefile's use of it: test_environment.py."""
 
 import subprocess
 import sys
@@ -20,17 +21,20 @@ def _project_requirements():
     return list(project["dependencies"]) + [r for extra in project["optional-dependencies"].values() for r in extra]
 
 
-def test_xpu_plan_takes_torch_from_the_xpu_index_and_leaves_the_cpu_ipex_out():
+TORCH = next(r for r in PYPROJECT["project"]["dependencies"] if r.startswith("torch=="))
+VISION = next(r for r in PYPROJECT["project"]["dependencies"] if r.startswith("torchvision=="))
+
+
+def test_xpu_plan_takes_torch_from_the_xpu_index_at_the_default_pins():
     plan = install.xpu_plan(ROOT / "pyproject.toml")
-    assert plan.torch_requirements == ["torch==2.8.0", "torchvision==0.23.0"]  # the pinned versions
-    assert plan.constraints == ["torch==2.8.0+xpu", "torchvision==0.23.0+xpu"]
-    assert plan.left_out == ["intel-extension-for-pytorch"]
+    assert plan.torch_requirements == [TORCH, VISION] == ["torch==2.14.1", "torchvision==0.29.1"]  # same versions
+    assert plan.constraints == ["torch==2.14.1+xpu", "torchvision==0.29.1+xpu"]
+    assert plan.left_out == []   # IPEX is not in the default pins any more
     names = {install.parse_pin(r)[0]: r for r in plan.requirements}
     assert not {"torch", "torchvision", "intel-extension-for-pytorch"} & set(names)
-    every_other = {install.parse_pin(r)[0] for r in _project_requirements()} - {
-        "torch", "torchvision", "intel-extension-for-pytorch"}
+    every_other = {install.parse_pin(r)[0] for r in _project_requirements()} - {"torch", "torchvision"}
     assert set(names) == every_other  # nothing else dropped, the test extra included
-    assert names["nni"] == "nni==3.0" and names["pytest"] == "pytest==9.2.0"
+    assert names["nni"].startswith("nni==3.0; ") and names["pytest"] == "pytest==9.2.0"
     assert names["intel-openmp"] == "intel-openmp; platform_system == 'Linux' and platform_machine == 'x86_64'"
     for req in plan.requirements + plan.constraints:
         Requirement(req)  # pip can read every line
@@ -39,11 +43,12 @@ def test_xpu_plan_takes_torch_from_the_xpu_index_and_leaves_the_cpu_ipex_out():
 def test_xpu_commands_in_order(tmp_path):
     plan = install.xpu_plan()
     req, con = install.write_files(plan, tmp_path)
-    assert "torch==2.8.0+xpu" in con.read_text().splitlines()
-    assert "nni==3.0" in req.read_text().splitlines() and "intel-extension" not in req.read_text()
+    assert "torch==2.14.1+xpu" in con.read_text().splitlines()
+    assert any(line.startswith("nni==3.0") for line in req.read_text().splitlines())
+    assert "intel-extension" not in req.read_text()
     cmds = install.xpu_commands(plan, "/venv/bin/python", tmp_path, project="/clone")
     pip = ["/venv/bin/python", "-m", "pip", "install", "--quiet"]
-    assert cmds[0] == pip + ["torch==2.8.0", "torchvision==0.23.0", "--index-url", "https://download.pytorch.org/whl/xpu"]
+    assert cmds[0] == pip + ["torch==2.14.1", "torchvision==0.29.1", "--index-url", "https://download.pytorch.org/whl/xpu"]
     assert cmds[1] == pip + ["-r", str(req), "-c", str(con)]
     assert cmds[2] == pip + ["--no-deps", "-e", "/clone"]
     assert cmds[3][:2] == ["/venv/bin/python", "-c"] and "+xpu" in cmds[3][2]
@@ -62,11 +67,10 @@ def test_parse_pin_and_its_error():
 
 def test_pip_check_accepts_only_what_the_plan_left_out_on_purpose():
     plan = install.xpu_plan()
-    expected = ("accelerate-course-helpers 0.1.0 requires intel-extension-for-pytorch, which is not installed.\n"
-                "accelerate-course-helpers 0.1.0 has requirement intel-openmp==2026.2.0, but you have intel-openmp 2025.1.1.\n")
+    expected = "accelerate-course-helpers 0.1.0 has requirement intel-openmp==2026.2.0, but you have intel-openmp 2025.1.1.\n"
     assert install.unexpected_pip_check_lines(expected, plan) == []
     assert install.unexpected_pip_check_lines("No broken requirements found.", plan) == []
-    wrong = "accelerate-course-helpers 0.1.0 has requirement torch==2.8.0, but you have torch 2.9.0+xpu."
+    wrong = "accelerate-course-helpers 0.1.0 has requirement torch==2.14.1, but you have torch 2.15.0+xpu."
     other = "timm 1.0.31 requires torchvision, which is not installed."
     assert install.unexpected_pip_check_lines(expected + wrong + "\n" + other, plan) == [wrong, other]
 
@@ -77,7 +81,7 @@ def test_install_runs_on_the_standard_library_alone(tmp_path):
                            "--folder", str(tmp_path), "--python", "/venv/bin/python"],
                           cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
-    assert "+ /venv/bin/python -m pip install --quiet torch==2.8.0 torchvision==0.23.0 --index-url " \
+    assert "+ /venv/bin/python -m pip install --quiet torch==2.14.1 torchvision==0.29.1 --index-url " \
            "https://download.pytorch.org/whl/xpu" in proc.stdout
     assert (tmp_path / install.REQUIREMENTS_FILE).is_file() and (tmp_path / install.CONSTRAINTS_FILE).is_file()
     bad = subprocess.run([sys.executable, "-S", "-m", "helpers.install", "setup", "--device", "directml"],
@@ -110,7 +114,7 @@ def test_xpu_plan_needs_torch_and_torchvision_pinned(tmp_path):
 
 def test_main_check_accepts_the_planned_differences_only(monkeypatch, capsys):
     plan = install.xpu_plan()
-    planned = f"{plan.project_name} 0.1.0 requires intel-extension-for-pytorch, which is not installed.\n"
+    planned = f"{plan.project_name} 0.1.0 has requirement intel-openmp==2026.2.0, but you have intel-openmp 2025.1.1.\n"
     outputs = iter([planned, planned + "timm 1.0.31 requires torchvision, which is not installed.\n"])
     seen = []
 
@@ -121,7 +125,51 @@ def test_main_check_accepts_the_planned_differences_only(monkeypatch, capsys):
     monkeypatch.setattr(install.subprocess, "run", fake_run)
     assert install.main(["check", "--device", "xpu", "--python", "/venv/bin/python"]) == 0
     assert seen[0] == ["/venv/bin/python", "-m", "pip", "check"]
-    assert "pip check: ok for the XPU environment (intel-extension-for-pytorch left out on purpose)" in capsys.readouterr().out
+    assert "pip check: ok for the XPU environment" in capsys.readouterr().out
     assert install.main(["check", "--device", "xpu", "--python", "/venv/bin/python"]) == 1
     assert capsys.readouterr().err == ("pip check found problems the XPU plan does not explain:\n"
                                        "  timm 1.0.31 requires torchvision, which is not installed.\n")
+
+
+def test_ipex_environment_pins_key_and_commands(tmp_path):
+    pins = install.ipex_pins()
+    assert "torch==2.8.0" in pins and "intel-extension-for-pytorch==2.8.0" in pins
+    assert install.ipex_venv(tmp_path).name == f"venv-ipex-{install.pins_key(pins)}"
+    cmds = install.ipex_commands("/ipex/bin/python", pins, project="/clone")
+    pip = ["/ipex/bin/python", "-m", "pip", "install", "--quiet"]
+    assert cmds[0] == pip + pins and cmds[1] == pip + ["--no-deps", "-e", "/clone"]
+    assert cmds[2][:2] == ["/ipex/bin/python", "-c"] and "intel-extension-for-pytorch" in cmds[2][2]
+    loose = tmp_path / "pyproject.toml"
+    loose.write_text('[project]\nname = "x"\n[tool.course.ipex-environment]\ndependencies = ["torch>=2.8"]\n')
+    with pytest.raises(install.InstallError):
+        install.ipex_pins(loose)
+    loose.write_text('[project]\nname = "x"\n')
+    with pytest.raises(install.InstallError, match="ipex-environment"):
+        install.ipex_pins(loose)
+
+
+def test_ipex_is_offered_on_linux_x86_64_only():
+    assert install.ipex_supported("Linux", "x86_64")
+    assert not install.ipex_supported("Linux", "aarch64") and not install.ipex_supported("Darwin", "arm64")
+    assert not install.ipex_supported("Windows", "AMD64")
+
+
+def test_platform_check_resolves_every_platform_and_reports_failures(monkeypatch, tmp_path):
+    seen = []
+
+    def fake_run(cmd, **kwargs):
+        seen.append((cmd, kwargs["env"].get("MACOSX_DEPLOYMENT_TARGET")))
+        fails = cmd[cmd.index("--python-platform") + 1] == "aarch64-manylinux_2_28"
+        return subprocess.CompletedProcess(cmd, 1 if fails else 0, stdout="",
+                                           stderr="x\nBecause openvino has no wheels with a matching platform tag" if fails else "")
+
+    monkeypatch.setattr(install.subprocess, "run", fake_run)
+    got = install.check_platforms("/venv/bin/python", folder=tmp_path)
+    assert list(got) == list(install.PLATFORMS) and len(seen) == 4
+    assert got["Linux aarch64"].endswith("matching platform tag") and not got["macOS arm64 (14 or later)"]
+    cmd = seen[0][0]
+    assert cmd[:5] == ["/venv/bin/python", "-m", "uv", "pip", "compile"] and "--only-binary" in cmd
+    assert cmd[cmd.index("--python-version") + 1] == "3.11" and seen[0][1] == install.MACOS_TARGET
+    assert (tmp_path / "course-requirements.txt").read_text().splitlines() == install.course_requirements()
+    monkeypatch.setattr(install, "check_platforms", lambda: got)
+    assert install.main(["platforms"]) == 1

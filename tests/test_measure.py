@@ -131,18 +131,109 @@ def test_signed_rank_interval_matches_the_exact_distribution():
     assert v.low == pytest.approx(math.exp(walsh[3])) and v.high == pytest.approx(math.exp(walsh[-4]))
 
 
-def test_interleaved_rotates_order_and_pairs_rounds():
+def test_interleaved_orders_follow_a_williams_design_and_pair_rounds():
     calls = []
     variants = {name: (lambda name=name: calls.append(name) or {"a": 2.0, "b": 1.0, "c": 1.0}[name])
                 for name in "abc"}
     r = measure.interleaved(variants, rounds=6, progress=False, max_reruns=0)
-    assert calls[:9] == list("abcbcacab")
+    assert calls[:9] == list("abc" "bca" "cab")  # the design's first three orders, one per round
+    assert [list(o) for o in r.orders] == [calls[i:i + 3] for i in range(0, 18, 3)]
     assert r.samples["a"] == [2.0] * 6 and r.rounds == 6
     assert r.verdict("b").word == "faster" and r.verdict("c", baseline="b").word == measure.NO_DIFFERENCE
     t = r.table(title="t")
     assert t.column("verdict") == ["baseline", "faster", "faster"] and "6 interleaved rounds" in t.note
     with pytest.raises(ValueError):
         measure.interleaved({}, rounds=2)
+
+
+@pytest.mark.parametrize("arms", [2, 3, 4, 5, 6, 7])
+def test_williams_orders_balance_first_order_carry_over(arms):
+    orders = measure.williams_orders(arms)
+    assert len(orders) == (2 * arms if arms % 2 else arms)
+    assert all(sorted(o) == list(range(arms)) for o in orders)
+    pairs = [(a, b) for o in orders for a, b in zip(o, o[1:])]
+    expected = 2 if arms % 2 else 1   # every arm right after every other, equally often
+    assert {p: pairs.count(p) for p in set(pairs)} == {(a, b): expected for a in range(arms) for b in range(arms)
+                                                       if a != b}
+
+
+def test_interleaved_balances_predecessors_where_a_rotation_did_not():
+    # four arms over the default rounds: in a plain rotation (A B C D, B C D A, ...) B always follows A
+    names = ["eager", "default", "reduce-overhead", "max-autotune"]
+    r = measure.interleaved({n: (lambda: 1.0) for n in names}, rounds=measure.ROUNDS, progress=False, max_reruns=0)
+    followers = r.followers()
+    for arm in names:
+        before = [followers.get((other, arm), 0) for other in names if other != arm]
+        assert max(before) <= 2 * min(before) and min(before) >= 1, (arm, before)
+    assert followers[("eager", "default")] <= measure.ROUNDS // 3
+
+
+def test_a_disturbed_round_is_measured_again_in_its_own_order(monkeypatch):
+    loads = iter([0.9, 0.0, 0.0])
+
+    class FakeMeter:
+        def start(self):
+            return self
+
+        def stop(self):
+            return measure.Interference(next(loads), 0.0, 1.0)
+
+    monkeypatch.setattr(measure, "CpuMeter", FakeMeter)
+    calls = []
+    r = measure.interleaved({n: (lambda n=n: calls.append(n) or 1.0) for n in "ab"}, rounds=2, max_reruns=1,
+                            progress=False)
+    assert calls == list("ab" "ab" "ba") and r.reruns == 1
+
+
+def test_aa_arm_passes_on_identical_arms_and_is_named():
+    variants = measure.with_aa({"base": lambda: 1.0, "x": lambda: 0.5})
+    assert list(variants) == ["base", "x", "A/A: base again"]
+    assert measure.aa_baseline("A/A: base again") == "base"
+    with pytest.raises(ValueError):
+        measure.aa_baseline("base")
+    r = measure.interleaved(variants, rounds=8, progress=False, max_reruns=0, attempts=3)
+    assert r.attempts == 1 and not r.aa_failed and r.aa == "A/A: base again"
+    assert r.verdict("x", "base").word == "faster" and r.verdict("A/A: base again", "base").word == measure.NO_DIFFERENCE
+    assert "A/A passed in the first attempt" in r.note()
+
+
+def test_a_failing_aa_arm_is_measured_again_then_blocks_every_verdict():
+    # the A/A arm's values drift 20% away from the baseline's in every attempt: the run is disturbed
+    values = {"base": 1.0, "x": 0.5}
+    variants = {"base": lambda: values["base"], "x": lambda: values["x"], measure.aa_name("base"): lambda: 1.2}
+    r = measure.interleaved(variants, rounds=8, progress=False, max_reruns=0, attempts=3)
+    assert r.attempts == 3 and r.aa_failed
+    assert r.verdict("x", "base").word == measure.DISTURBED and not r.verdict("x", "base").won
+    assert r.aa_verdict().word == "slower"
+    table = r.table("base")
+    assert measure.DISTURBED in table.column("verdict") and "faster" not in table.column("verdict")
+    assert "Disturbed" in r.note() and "attempt 3 of 3" in r.note()
+
+
+def test_aa_arm_that_passes_in_a_later_attempt_is_counted():
+    attempt = {"n": 0}
+
+    def base():
+        return 1.0
+
+    def again():   # the first attempt's A/A values are off, the second attempt's are not
+        return 1.3 if attempt["n"] < 8 else 1.0
+
+    def counting_base():
+        attempt["n"] += 1
+        return base()
+
+    r = measure.interleaved({"base": counting_base, "x": lambda: 0.9, measure.aa_name("base"): again}, rounds=8,
+                            progress=False, max_reruns=0, attempts=3)
+    assert r.attempts == 2 and not r.aa_failed and "A/A passed in attempt 2" in r.note()
+    assert r.verdict("x", "base").word == "faster"
+
+
+def test_aa_arm_must_repeat_a_variant_of_the_comparison():
+    with pytest.raises(ValueError):
+        measure.interleaved({"a": lambda: 1.0, measure.aa_name("b"): lambda: 1.0}, rounds=2, progress=False)
+    with pytest.raises(ValueError):
+        measure.with_aa({"a": lambda: 1.0}, baseline="b")
 
 
 def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
