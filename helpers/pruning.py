@@ -1,10 +1,17 @@
-"""Structured pruning: NNI computes which filters to drop, Torch-Pruning removes them.
+"""Structured pruning: an L1-norm rule computes which filters to drop, Torch-Pruning removes them.
 
-NNI 3.0 (archived) still computes L1-norm masks on current PyTorch, but its own
-``ModelSpeedup`` -- the step that physically shrinks the model -- fails on torch >= 2.2.
-So the course splits the job: NNI's masks say which output channels of each Conv2d are
-zero; Torch-Pruning's dependency graph removes exactly those channels and everything
-coupled to them (the next layer's input channels, the flattened Linear inputs).
+The masks come from NNI 3.0's ``L1NormPruner`` where NNI installs (it has wheels for x86-64 only:
+Linux, Windows, Intel macOS). On Apple Silicon and ARM Linux, where NNI is absent, the same rule
+runs from stock code: Torch-Pruning's ``MagnitudeImportance(p=1, group_reduction="first")`` (the L1
+norm of each filter of the layer itself), dropping the ``int(filters * sparsity)`` smallest per
+layer as NNI does. ``mask_source`` says which one runs (``"nni"`` or ``"torch"``; ``source="torch"``
+forces the stock rule), ``describe_mask_source`` says it in words, and ``prune``'s report records it.
+
+NNI 3.0 (archived) still computes masks on current PyTorch, but its own ``ModelSpeedup`` -- the step
+that physically shrinks the model -- fails on torch >= 2.2. So the course splits the job: the masks
+say which output channels of each Conv2d are zero; Torch-Pruning's dependency graph removes exactly
+those channels and everything coupled to them (the next layer's input channels, the flattened
+Linear inputs).
 
 ``prune_round_to`` is the other route, Torch-Pruning alone: its ``MetaPruner`` ranks the filters
 by L1 norm and, with ``round_to=k``, keeps a multiple of k filters per layer (``kept_channels``
@@ -15,7 +22,8 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Sequence
+from importlib import metadata
+from typing import Literal, Sequence
 
 import torch
 from torch import nn
@@ -36,6 +44,45 @@ def check_sparsity(sparsity: float) -> float:
     return float(sparsity)
 
 
+MaskSource = Literal["nni", "torch"]
+
+
+def nni_available() -> bool:
+    """True when NNI's pruners can be imported here (NNI 3.0 has wheels for x86-64 only)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            import nni.compression.pruning  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def mask_source(source: str = "auto") -> MaskSource:
+    """Which code computes the L1-norm masks: ``"nni"`` or ``"torch"``.
+
+    ``"auto"`` gives ``"nni"`` where NNI can be imported and ``"torch"`` (Torch-Pruning's
+    magnitude importance, the same rule) elsewhere; ``"nni"`` and ``"torch"`` force that one.
+    """
+    if source == "auto":
+        return "nni" if nni_available() else "torch"
+    if source in ("nni", "torch"):
+        return source  # type: ignore[return-value]
+    raise PruningError(f"mask source must be 'auto', 'nni' or 'torch'; got {source!r}")
+
+
+def describe_mask_source(source: str) -> str:
+    """One line naming the code behind ``source`` ("nni" or "torch") and, for "torch", why it runs."""
+    if mask_source(source) == "nni":
+        try:
+            return f"NNI {metadata.version('nni')} L1NormPruner"
+        except metadata.PackageNotFoundError:
+            return "NNI L1NormPruner (NNI is not installed: computing the masks will fail)"
+    why = ("chosen, NNI is installed too" if nni_available() else
+           "NNI is not installed on this platform (its wheels are for x86-64 only)")
+    return f"Torch-Pruning MagnitudeImportance(p=1), the same L1-norm rule: {why}"
+
+
 def nni_l1_masks(model: nn.Module, sparsity: float,
                  op_types: Sequence[str] = ("Conv2d",)) -> dict[str, dict[str, torch.Tensor]]:
     """NNI's L1NormPruner masks: ``{layer name: {'weight': mask, 'bias': mask}}``.
@@ -49,7 +96,9 @@ def nni_l1_masks(model: nn.Module, sparsity: float,
             from nni.compression.pruning import L1NormPruner
     except ImportError as exc:
         raise ImportError(
-            f"NNI is not importable ({exc}). Install the course environment (`make setup`) or `pip install nni==3.0`."
+            f"NNI is not importable ({exc}). NNI 3.0 has wheels for x86-64 only: there, install the course "
+            "environment (`make setup`) or `pip install nni==3.0`; elsewhere `torch_l1_masks` (or "
+            "`prune(..., source='torch')`) applies the same L1-norm rule."
         ) from None
     if not any(type(m).__name__ in op_types for m in model.modules()):
         raise PruningError(f"the model has no layer of type {', '.join(op_types)} to prune")
@@ -57,6 +106,43 @@ def nni_l1_masks(model: nn.Module, sparsity: float,
     _, masks = pruner.compress()
     pruner.unwrap_model()
     return {name: {k: v.detach().clone() for k, v in m.items()} for name, m in masks.items()}
+
+
+def torch_l1_masks(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
+                   op_types: Sequence[str] = ("Conv2d",)) -> dict[str, dict[str, torch.Tensor]]:
+    """NNI's L1-norm rule without NNI, from Torch-Pruning: masks in ``nni_l1_masks``'s format.
+
+    For each Conv2d (or Linear) whose type is in ``op_types``, the ``int(filters * sparsity)``
+    output channels with the smallest L1 norm of their weights get a zero mask (weight and bias),
+    layer by layer, as NNI's ``L1NormPruner`` does. The norms come from
+    ``MagnitudeImportance(p=1, group_reduction="first", normalizer=None)``: the first entry of a
+    pruning group is the layer's own filters, so the coupled layers do not enter the ranking
+    (unlike ``prune_round_to``). The model's weights are left unchanged.
+    """
+    import torch_pruning as tp
+
+    sparsity = check_sparsity(sparsity)
+    layers = {n: m for n, m in model.named_modules() if type(m).__name__ in op_types}
+    if not layers:
+        raise PruningError(f"the model has no layer of type {', '.join(op_types)} to prune")
+    handlers = {nn.Conv2d: tp.prune_conv_out_channels, nn.Linear: tp.prune_linear_out_channels}
+    unsupported = sorted({type(m).__name__ for m in layers.values() if type(m) not in handlers})
+    if unsupported:
+        raise PruningError(f"the Torch-Pruning mask rule handles Conv2d and Linear layers, not {', '.join(unsupported)}")
+    l1 = tp.importance.MagnitudeImportance(p=1, group_reduction="first", normalizer=None)
+    masks = {}
+    with torch.enable_grad():  # the dependency graph is traced through autograd
+        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs)
+        for name, module in layers.items():
+            filters = module.weight.shape[0]
+            group = graph.get_pruning_group(module, handlers[type(module)], idxs=list(range(filters)))
+            norms = l1(group)
+            keep = torch.ones(filters, dtype=module.weight.dtype, device=module.weight.device)
+            keep[norms.topk(int(filters * sparsity), largest=False).indices] = 0.0
+            masks[name] = {"weight": keep.view(-1, *[1] * (module.weight.dim() - 1)).expand_as(module.weight).clone()}
+            if module.bias is not None:
+                masks[name]["bias"] = keep.clone()
+    return masks
 
 
 def zeroed_channels(masks: dict[str, dict[str, torch.Tensor]]) -> dict[str, list[int]]:
@@ -102,6 +188,7 @@ class PruneReport:
     params_after: int
     channels_before: dict[str, int]
     channels_after: dict[str, int]
+    mask_source: MaskSource | None = None  # "nni" or "torch" from ``prune``; None from ``prune_round_to``
 
     @property
     def reduction(self) -> float:
@@ -109,16 +196,26 @@ class PruneReport:
 
 
 def prune(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
-          op_types: Sequence[str] = ("Conv2d",)) -> PruneReport:
-    """NNI L1-norm masks at ``sparsity`` for every ``op_types`` layer, then physical removal."""
+          op_types: Sequence[str] = ("Conv2d",), source: str = "auto") -> PruneReport:
+    """L1-norm masks at ``sparsity`` for every ``op_types`` layer, then physical removal.
+
+    The masks come from NNI where it is installed, else from Torch-Pruning (``mask_source``);
+    ``source="nni"`` or ``"torch"`` forces one. The report's ``mask_source`` says which ran.
+    """
+    sparsity = check_sparsity(sparsity)
+    source = mask_source(source)
     before = count_parameters(model)
-    masks = nni_l1_masks(model, sparsity, op_types)
+    if source == "nni":
+        masks = nni_l1_masks(model, sparsity, op_types)
+    else:
+        masks = torch_l1_masks(model, sparsity, example_inputs, op_types)
     modules = dict(model.named_modules())
-    ch_before = {n: modules[n].weight.shape[0] for n in masks}
+    names = [n for n in modules if n in masks]  # the model's order, whichever order the masks came in
+    ch_before = {n: modules[n].weight.shape[0] for n in names}
     remove_channels(model, zeroed_channels(masks), example_inputs)
     modules = dict(model.named_modules())
-    ch_after = {n: modules[n].weight.shape[0] for n in masks}
-    return PruneReport(sparsity, before, count_parameters(model), ch_before, ch_after)
+    ch_after = {n: modules[n].weight.shape[0] for n in names}
+    return PruneReport(sparsity, before, count_parameters(model), ch_before, ch_after, source)
 
 
 def try_nni_speedup(model: nn.Module, masks: dict[str, dict[str, torch.Tensor]],

@@ -1,14 +1,23 @@
+import copy
+import platform
 import re
+import sys
 
 import pytest
 import torch
 
 from helpers import models, pruning
 
+# NNI 3.0 has wheels for x86-64 only: elsewhere the tests that need NNI itself are skipped (the stock
+# path is tested everywhere); on x86-64 a missing NNI is a broken environment and those tests fail.
+needs_nni = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") and not pruning.nni_available(),
+                               reason="NNI 3.0 has no wheel for this platform")
+
 
 def test_book_numbers_at_fifty_percent():
     model = models.book_cnn("cifar10")
     report = pruning.prune(model, 0.5, torch.randn(1, 3, 32, 32))
+    assert report.mask_source == pruning.mask_source()
     assert (report.params_before, report.params_after) == (2_122_186, 1_059_306)
     assert report.channels_before == {"layer1.0": 32, "layer2.0": 64}
     assert report.channels_after == {"layer1.0": 16, "layer2.0": 32}
@@ -16,6 +25,66 @@ def test_book_numbers_at_fifty_percent():
     assert report.reduction == pytest.approx(1 - 1_059_306 / 2_122_186)
 
 
+@needs_nni
+def test_nni_and_stock_masks_choose_the_same_filters():
+    torch.manual_seed(0)
+    model, example = models.book_cnn("cifar10"), torch.randn(1, 3, 32, 32)
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    for sparsity, counts in ((0.5, (16, 32)), (0.4, (12, 25))):  # 0.4: int(12.8) = 12, as NNI rounds down
+        nni = pruning.nni_l1_masks(model, sparsity)
+        stock = pruning.torch_l1_masks(model, sparsity, example)
+        assert sorted(nni) == sorted(stock) == ["layer1.0", "layer2.0"]
+        zeroed_nni, zeroed_stock = pruning.zeroed_channels(nni), pruning.zeroed_channels(stock)
+        assert tuple(len(zeroed_nni[n]) for n in ("layer1.0", "layer2.0")) == counts
+        for name in nni:
+            assert zeroed_stock[name] == zeroed_nni[name], name
+            for key in ("weight", "bias"):
+                assert torch.equal(stock[name][key], nni[name][key]), (name, key)
+    assert all(torch.equal(v, model.state_dict()[k]) for k, v in weights.items())  # masks only, weights untouched
+
+    reports, pruned = {}, {}
+    for source in ("nni", "torch"):
+        pruned[source] = copy.deepcopy(model)
+        reports[source] = pruning.prune(pruned[source], 0.5, example, source=source)
+        assert reports[source].mask_source == source
+        assert (reports[source].params_before, reports[source].params_after) == (2_122_186, 1_059_306)
+    assert reports["nni"].channels_after == reports["torch"].channels_after == {"layer1.0": 16, "layer2.0": 32}
+    # the same filters kept, so the pruned models hold the same weights
+    a, b = pruned["nni"].state_dict(), pruned["torch"].state_dict()
+    assert list(a) == list(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert pruning.describe_mask_source("nni") == "NNI 3.0 L1NormPruner"
+
+
+def test_stock_masks_are_the_lowest_l1_filters_of_each_layer():
+    torch.manual_seed(1)
+    model = models.book_cnn("cifar10")
+    zeroed = pruning.zeroed_channels(pruning.torch_l1_masks(model, 0.6, torch.randn(1, 3, 32, 32)))
+    for name, conv in (("layer1.0", model.layer1[0]), ("layer2.0", model.layer2[0])):
+        norms = conv.weight.detach().abs().sum(dim=(1, 2, 3))   # the layer's own filters only
+        k = int(conv.out_channels * 0.6)
+        assert zeroed[name] == sorted(norms.argsort()[:k].tolist()), name
+
+
+def test_stock_path_runs_when_nni_cannot_be_imported(monkeypatch):
+    for name in ["nni"] + [m for m in sys.modules if m.startswith("nni.")]:
+        monkeypatch.setitem(sys.modules, name, None)   # `import nni...` now raises ImportError
+    assert not pruning.nni_available() and pruning.mask_source() == "torch"
+    assert pruning.describe_mask_source("torch").endswith("NNI is not installed on this platform "
+                                                          "(its wheels are for x86-64 only)")
+    model = models.book_cnn("cifar10")
+    report = pruning.prune(model, 0.5, torch.randn(1, 3, 32, 32))
+    assert report.mask_source == "torch"
+    assert (report.params_before, report.params_after) == (2_122_186, 1_059_306)
+    assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    with pytest.raises(ImportError, match="NNI is not importable"):
+        pruning.prune(models.book_cnn("cifar10"), 0.5, torch.randn(1, 3, 32, 32), source="nni")
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        pruning.prune(models.book_cnn("cifar10"), 1.5, torch.randn(1, 3, 32, 32))
+    with pytest.raises(ValueError, match="'auto', 'nni' or 'torch'"):
+        pruning.prune(models.book_cnn("cifar10"), 0.5, torch.randn(1, 3, 32, 32), source="tp")
+
+
+@needs_nni
 def test_removed_channels_are_the_lowest_l1_filters():
     model = models.book_cnn("cifar10")
     masks = pruning.nni_l1_masks(model, 0.25)
@@ -27,15 +96,28 @@ def test_removed_channels_are_the_lowest_l1_filters():
     assert torch.equal(model.layer1[0].weight.detach(), kept_before)
 
 
+@pytest.mark.parametrize("source", ["auto", "nni", "torch"])
 @pytest.mark.parametrize("bad", [0, 1, 1.5, -0.1, "half"])
-def test_bad_sparsity_is_a_clear_error(bad):
+def test_bad_sparsity_is_a_clear_error(bad, source):
+    model = models.book_cnn("cifar10")
     with pytest.raises(pruning.PruningError, match="between 0 and 1"):
-        pruning.prune(models.book_cnn("cifar10"), bad, torch.randn(1, 3, 32, 32))
+        pruning.prune(model, bad, torch.randn(1, 3, 32, 32), source=source)
+    with pytest.raises(ValueError, match="between 0 and 1"):  # PruningError is a ValueError
+        pruning.torch_l1_masks(model, bad, torch.randn(1, 3, 32, 32))
+    assert models.count_parameters(model) == 2_122_186
 
 
 def test_other_input_errors():
+    if pruning.nni_available():
+        with pytest.raises(pruning.PruningError, match="no layer of type"):
+            pruning.nni_l1_masks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5)
     with pytest.raises(pruning.PruningError, match="no layer of type"):
-        pruning.nni_l1_masks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5)
+        pruning.torch_l1_masks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5, torch.randn(1, 2))
+    with pytest.raises(pruning.PruningError, match="handles Conv2d and Linear layers, not Conv1d"):
+        pruning.torch_l1_masks(torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3)), 0.5, torch.randn(1, 2, 8),
+                               op_types=("Conv1d",))
+    with pytest.raises(pruning.PruningError, match="'auto', 'nni' or 'torch'"):
+        pruning.mask_source("NNI")
     model = models.book_cnn("cifar10")
     with pytest.raises(pruning.PruningError, match="no layer named"):
         pruning.remove_channels(model, {"conv9": [0]}, torch.randn(1, 3, 32, 32))
@@ -43,6 +125,7 @@ def test_other_input_errors():
         pruning.remove_channels(model, {"layer1.0": list(range(32))}, torch.randn(1, 3, 32, 32))
 
 
+@needs_nni
 def test_nni_speedup_failure_is_reported_and_the_model_untouched():
     model = models.book_cnn("cifar10")
     before = {k: v.clone() for k, v in model.state_dict().items()}

@@ -2,8 +2,10 @@
 
 ``python -m helpers.doctor`` looks at everything the course depends on -- Python, the pinned
 packages as installed, the torch build, each device, the CPU (model, sockets, cores, NUMA,
-the instruction sets that decide the results), the OpenMP runtime, IPEX (and its retired,
-archived status), NNI and Torch-Pruning, jemalloc/tcmalloc and ``mpirun``, the Jupyter
+the instruction sets that decide the results), the OpenMP runtime, the C++ compiler and Python
+headers that ``torch.compile`` needs on the CPU, the platform and what the course cannot do on
+it (one ``limit ...`` line each), the IPEX environment (``make setup-ipex``; IPEX is retired and
+never imported here), NNI and Torch-Pruning, jemalloc/tcmalloc and ``mpirun``, the Jupyter
 kernel, the datasets, free memory and disk -- and runs a few training steps on every
 accelerator against the CPU (``helpers.parity``). Each check is ``ok``, ``warn`` or
 ``fail`` with a one-line fix. The result goes to ``results/doctor.json``::
@@ -81,7 +83,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="where to write doctor.json (default results/doctor.json)")
     p.add_argument("--parity-steps", type=int, default=5, help="training steps of the parity probe per accelerator")
     p.add_argument("--no-imports", action="store_true",
-                   help="skip importing IPEX, NNI and Torch-Pruning in a child process (faster, less sure)")
+                   help="skip importing NNI and Torch-Pruning in a child process (faster, less sure)")
     args = p.parse_args(argv)
     from .. import privacy
 

@@ -1,11 +1,16 @@
 """The doctor's judgement: each ``check_*`` turns facts (plain values, as ``gather`` collects them)
 into a :class:`Check` -- ok, warn or fail, with a one-line fix -- and ``judge`` runs them all.
 
-Nothing here looks at the machine, so every check is tested with made-up facts.
+Nothing here looks at the machine, so every check is tested with made-up facts -- a fake Linux
+aarch64, macOS or Windows included: ``check_platform`` says, one line per limit, what the course
+cannot do on the platform the facts describe and why (from the pins' environment markers and
+where IPEX has wheels), and the compiler, allocator, ``mpirun`` and IPEX checks name each
+platform's own fix.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -13,6 +18,24 @@ STATUSES: tuple[str, ...] = ("ok", "warn", "fail")
 #: Packages without which no chapter runs; any other pinned package missing is a warning.
 CORE_PACKAGES: frozenset[str] = frozenset({"torch", "torchvision", "matplotlib", "tqdm", "psutil", "threadpoolctl",
                                            "jupyterlab", "nbval"})
+#: The fix for a missing mpirun or allocator on Debian/Ubuntu (one line installs all three).
+APT_COMMAND = "`sudo apt-get install openmpi-bin libjemalloc2 libtcmalloc-minimal4`"
+APT_LINE = f"Debian/Ubuntu: {APT_COMMAND}"
+#: The platforms the pins are checked on (``helpers.install.PLATFORMS``), by (system, machine).
+PLATFORM_LABELS: dict[tuple[str, str], str] = {
+    ("Linux", "x86_64"): "Linux x86-64", ("Linux", "aarch64"): "Linux aarch64", ("Linux", "arm64"): "Linux aarch64",
+    ("Darwin", "arm64"): "macOS arm64", ("Windows", "AMD64"): "Windows x86-64", ("Windows", "x86_64"): "Windows x86-64",
+}
+X86_MACHINES: frozenset[str] = frozenset({"x86_64", "AMD64", "amd64", "i386", "i686"})
+#: Why a pin left out by its environment marker limits the course, and what to do: {distribution: (why, fix)}.
+LEFT_OUT_LIMITS: dict[str, tuple[str, str]] = {
+    "openvino": ("no OpenVINO wheel for {label} (its pin excludes this platform): chapter 14 measures eager PyTorch "
+                 "and ONNX Runtime only", "chapter 14's OpenVINO arms need Linux x86-64, macOS arm64 or Windows"),
+    "nni": ("no NNI wheel for {label} (NNI 3.0 is pinned on x86-64 only): chapter 06 computes the same L1-norm masks "
+            "with Torch-Pruning", "nothing to do; NNI's own pruners need an x86-64 machine"),
+    "intel-openmp": ("no Intel OpenMP (libiomp5) for {label} (pinned on Linux x86-64 only): chapters 02 and 04 skip "
+                     "their Intel OpenMP arms", "the GNU/Intel OpenMP comparison needs Linux x86-64"),
+}
 
 
 @dataclass
@@ -40,7 +63,7 @@ def check_python(version: Sequence[int], requires: str | None, prefix: str = "",
     text = ".".join(str(v) for v in version[:3])
     where = "" if course_env else f" (not the course environment: {prefix})"
     if tuple(version[:2]) < (3, 10):
-        return Check("python", "fail", f"Python {text} is too old for torch 2.8{where}",
+        return Check("python", "fail", f"Python {text} is too old for the course's torch{where}",
                      "install Python 3.11 and run `make setup`")
     if requires:
         from packaging.specifiers import SpecifierSet
@@ -111,8 +134,15 @@ def check_cpu(fp: dict[str, Any]) -> Check:
     return _ok("cpu", msg)
 
 
-def check_isa(flags: dict[str, bool]) -> Check:
-    """The instruction sets that decide the CPU results: AVX2, AVX-512, AVX512-BF16, AMX."""
+def check_isa(flags: dict[str, bool], machine: str = "x86_64", system: str = "Linux") -> Check:
+    """The instruction sets that decide the CPU results: AVX2, AVX-512, AVX512-BF16, AMX (x86 only; the
+    flags come from Linux's /proc/cpuinfo, so elsewhere they are unknown rather than absent)."""
+    if machine not in X86_MACHINES:
+        return _ok("instruction sets", f"{machine} CPU: AVX2, AVX-512 and AMX are x86 instruction sets and do not "
+                                       "apply; chapter 07 measures whether bf16 beats fp32 here")
+    if system != "Linux" and not any(flags.values()):
+        return _ok("instruction sets", f"not read on {system} (the doctor reads them from Linux's /proc/cpuinfo); "
+                                       "chapter 07 measures whether bf16 beats fp32 here")
     names = [("AVX2", "avx2"), ("AVX-512", "avx512"), ("AVX512-BF16", "native_bf16"), ("AMX", "amx")]
     have = [n for n, k in names if flags.get(k)]
     lacks = [n for n, k in names if not flags.get(k)]
@@ -138,52 +168,161 @@ def check_openmp(runtimes: Sequence[str]) -> Check:
     return _ok("openmp", f"loaded: {', '.join(kinds)} (chapter 04 shows which one serves the threads)")
 
 
-def check_ipex(status: dict[str, Any], import_error: str | None, retirement: str, tried: bool = True) -> Check:
-    """IPEX installed, matched to torch, importable; always with its retired/archived status."""
-    if status.get("installed") is None:
-        return Check("ipex", "warn", f"IPEX is not installed: chapter 04 skips its IPEX part. {retirement}",
-                     "optional; `make setup` installs it on Linux x86-64")
-    if not status.get("compatible"):
-        return Check("ipex", "warn", f"{status.get('message')} {retirement}",
-                     "install the course's pins with `make setup` (torch 2.8.0 + IPEX 2.8.0)")
-    if import_error:
-        return Check("ipex", "warn", f"IPEX {status['installed']} matches torch but fails to import: {import_error}. "
-                     f"{retirement}", "reinstall it with `make setup`; chapter 04 skips IPEX until it imports")
-    imports = "and imports" if tried else "(import not tried)"
-    return Check("ipex", "warn", f"IPEX {status['installed']} matches torch {status['torch']} {imports}. "
-                 f"{retirement}", "nothing to do for the course; do not use IPEX for new or exposed services")
+def _retired(note: str, setup_command: str) -> str:
+    """``note`` without its sentences that name ``setup_command`` (for platforms where it cannot work)."""
+    return " ".join(x for x in re.split(r"(?<=\.) ", note) if setup_command not in x)
 
 
-def check_pruning(import_errors: dict[str, str | None], versions: dict[str, str | None], tried: bool = True) -> Check:
-    """NNI (masks) and Torch-Pruning (channel removal) importable, for chapter 06."""
+def check_ipex(env: dict[str, Any], plat: dict[str, Any], retirement: str, setup_command: str = "make setup-ipex",
+               pins: dict[str, str] | None = None) -> Check:
+    """The IPEX environment (``helpers.ipex_support.environment``: torch 2.8 + IPEX 2.8 + the course package),
+    always with IPEX's retired status; where IPEX has no wheels, that instead of the setup command."""
+    note = _retired(retirement, setup_command)
+    if not plat.get("ipex_wheels", True):
+        return Check("ipex", "warn", f"no IPEX wheel for {platform_label(plat)} (IPEX publishes CPU wheels for "
+                     f"Linux x86-64 only): chapter 04 skips its IPEX arms. {note}",
+                     "chapter 04's IPEX arms need a Linux x86-64 machine; the rest of the course runs here")
+    if env.get("python") is None:
+        return Check("ipex", "warn", f"the IPEX environment is not installed: chapter 04 skips its IPEX arms and "
+                     f"says so. {note}", f"optional: `{setup_command}` (torch 2.8 + IPEX 2.8, about 2 minutes, 7 GB)")
+    if not env.get("ok"):
+        return Check("ipex", "warn", f"{env.get('message')}; chapter 04 skips its IPEX arms. {note}",
+                     f"rebuild it: `{setup_command}`")
+    found = {"torch": env.get("torch"), "intel-extension-for-pytorch": env.get("ipex")}
+    off = [f"{k} {found[k]} (pinned {v})" for k, v in sorted((pins or {}).items())
+           if k in found and str(found[k]).split("+")[0] != v]
+    if off:
+        return Check("ipex", "warn", f"the IPEX environment holds other versions than its pins: {', '.join(off)}; "
+                     f"chapter 04's IPEX results may differ. {note}", f"rebuild it: `{setup_command}`")
+    return _ok("ipex", f"IPEX environment ready: torch {env.get('torch')} + IPEX {env.get('ipex')} + the course "
+                       f"package ({env.get('python')}); chapter 04 runs its IPEX arms there. {note}")
+
+
+def check_pruning(import_errors: dict[str, str | None], versions: dict[str, str | None], tried: bool = True,
+                  left_out: Sequence[str] = ()) -> Check:
+    """NNI (masks) and Torch-Pruning (channel removal) importable, for chapter 06; NNI only where it is pinned."""
+    wanted = [(k, dist) for k, dist in (("nni", "nni"), ("torch_pruning", "torch-pruning")) if dist not in left_out]
     if not tried:
-        import_errors = {k: "not installed" for k, dist in (("nni", "nni"), ("torch_pruning", "torch-pruning"))
-                         if versions.get(dist) in (None, "not installed")}
-    bad = {k: v for k, v in import_errors.items() if v}
+        import_errors = {k: "not installed" for k, dist in wanted if versions.get(dist) in (None, "not installed")}
+    bad = {k: v for k, v in import_errors.items() if v and k in dict(wanted)}
     if bad:
         return Check("nni + torch-pruning", "warn",
                      "; ".join(f"{k} does not import: {v}" for k, v in sorted(bad.items())),
-                     "run `make setup`; chapter 06 needs both")
-    return _ok("nni + torch-pruning", f"NNI {versions.get('nni')} (archived upstream, pruners work on torch 2.8) "
-               f"and Torch-Pruning {versions.get('torch-pruning')} " + ("import" if tried else "installed (import not tried)"))
+                     "run `make setup`; chapter 06 needs " + ("both" if len(wanted) > 1 else "Torch-Pruning"))
+    how = "import" if tried else "installed (import not tried)"
+    if "nni" in left_out:
+        return _ok("nni + torch-pruning", f"Torch-Pruning {versions.get('torch-pruning')} "
+                                          f"{'imports' if tried else 'is installed (import not tried)'}; "
+                                          "NNI is not pinned on this platform (see limit nni)")
+    return _ok("nni + torch-pruning", f"NNI {versions.get('nni')} (archived upstream; chapter 06 uses its pruners) "
+                                      f"and Torch-Pruning {versions.get('torch-pruning')} {how}")
 
 
-def check_allocators(found: dict[str, str | None]) -> Check:
-    """jemalloc / tcmalloc, the memory allocators chapter 04 can preload."""
+def check_allocators(found: dict[str, str | None], system: str = "Linux") -> Check:
+    """jemalloc / tcmalloc, the memory allocators chapter 04 can preload (Linux: LD_PRELOAD)."""
+    if system != "Linux":
+        return _ok("allocators", f"not looked for on {system}: chapter 04 preloads them with LD_PRELOAD, on Linux only "
+                                 "(see the limits)")
     have = sorted(k for k, v in found.items() if v)
     if not have:
         return Check("allocators", "warn", "neither jemalloc nor tcmalloc is installed (chapter 04 skips that lever)",
-                     "Debian/Ubuntu: `sudo apt-get install libjemalloc2 libtcmalloc-minimal4`")
+                     APT_LINE)
     return _ok("allocators", f"found {', '.join(have)} (chapter 04 can preload "
                              f"{'them' if len(have) > 1 else 'it'})")
 
 
-def check_mpirun(path: str | None, version: str | None) -> Check:
-    """``mpirun`` for chapter 11's Open MPI launch."""
+def check_mpirun(path: str | None, version: str | None, system: str = "Linux") -> Check:
+    """``mpirun`` (Open MPI) for chapter 11's mpirun launch."""
     if not path:
-        return Check("mpirun", "warn", "mpirun not found: chapter 11 shows the mpirun launch without running it",
-                     "Debian/Ubuntu: `sudo apt-get install openmpi-bin`")
+        fix = {"Darwin": "macOS: `brew install open-mpi`",
+               "Windows": f"use WSL2 (Ubuntu) and, there, {APT_COMMAND}"
+               }.get(system, APT_LINE)
+        return Check("mpirun", "warn", "mpirun not found: chapter 11 shows the mpirun launch without running it", fix)
+    if version and "open mpi" not in version.lower() and "open-mpi" not in version.lower():
+        return Check("mpirun", "warn", f"mpirun is not Open MPI ({version}): chapter 11's ranks come from Open MPI's "
+                     "OMPI_COMM_WORLD_* variables", "install Open MPI and put its mpirun first on PATH; " + APT_LINE)
     return _ok("mpirun", f"mpirun present ({version or 'version unknown'})")
+
+
+def check_compiler(compiler: dict[str, Any], system: str = "Linux") -> Check:
+    """The C++ compiler and Python headers that torch.compile needs to build its CPU kernels."""
+    py = compiler.get("python", "3.11")
+    fixes = {"Linux": f"Debian/Ubuntu: `sudo apt-get install g++ python{py}-dev` (other distributions: their g++ "
+                      f"and Python {py} development packages)",
+             "Darwin": "macOS: `xcode-select --install` (the Command Line Tools bring clang++ as c++)",
+             "Windows": f"use WSL2 (Ubuntu) and, there, `sudo apt-get install g++ python{py}-dev`"}
+    fix = fixes.get(system, fixes["Linux"])
+    cant = "torch.compile on the CPU cannot build its kernels (chapter 03 and the compiled arms of later chapters)"
+    if compiler.get("cxx_env") and not compiler.get("cxx"):
+        return Check("c++ compiler", "fail", f"$CXX is {compiler['cxx_env']!r}, which is not found: {cant}",
+                     f"point CXX at an installed compiler or unset it; {fix}")
+    if not compiler.get("cxx"):
+        return Check("c++ compiler", "fail", f"no C++ compiler ($CXX unset, no g++ or c++ on PATH): {cant}", fix)
+    if not compiler.get("runs", True):
+        return Check("c++ compiler", "fail", f"{compiler['cxx']} does not run "
+                     f"({compiler.get('version') or 'no output'}): {cant}", fix)
+    if not compiler.get("python_h"):
+        if system == "Darwin":
+            fix = (f"reinstall Python {py} from python.org or with Homebrew (`brew install python@{py}`): "
+                   "both ship the headers")
+        return Check("c++ compiler", "fail", f"{compiler['cxx']} found, but Python.h is missing from "
+                     f"{compiler.get('include')}: {cant}", fix)
+    source = "$CXX" if compiler.get("cxx_env") else "PATH"
+    return _ok("c++ compiler", f"{compiler['cxx']} (from {source}; {compiler.get('version') or 'version unknown'}) "
+                               "and Python.h: torch.compile can build CPU kernels")
+
+
+def platform_label(plat: dict[str, Any]) -> str:
+    """'Linux x86-64', 'Linux aarch64', 'macOS arm64', 'Windows x86-64', else 'SYSTEM MACHINE'."""
+    system, machine = plat.get("system", ""), plat.get("machine", "")
+    return PLATFORM_LABELS.get((system, machine), f"{system} {machine}".strip() or "unknown platform")
+
+
+def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> list[Check]:
+    """The platform, then one ``limit ...`` warning per thing the course cannot do there, and why.
+
+    The limits come from the facts: pins whose environment markers leave them out here
+    (``left_out``), LD_PRELOAD (Linux only), the torchrun chapters and ``mps`` on macOS, and the
+    shell tools on Windows. IPEX's own limit is the ``ipex`` check's.
+    """
+    system, label = plat.get("system", ""), platform_label(plat)
+    limits: list[Check] = []
+    for dist in plat.get("left_out", []):
+        why, fix = LEFT_OUT_LIMITS.get(dist, (f"{dist} is not installed on {{label}} (its pin excludes this "
+                                              "platform)", f"the parts that use {dist} need another platform"))
+        limits.append(Check(f"limit {dist}", "warn", why.format(label=label), fix))
+    if system == "Darwin":
+        limits += [
+            Check("limit LD_PRELOAD", "warn", "macOS has no LD_PRELOAD: chapters 02 and 04 skip the parts that preload "
+                  "Intel OpenMP, jemalloc or tcmalloc", "those comparisons need Linux"),
+            Check("limit torchrun", "warn", "torchrun on macOS: gloo is the only backend and the course's CI does not "
+                  "run the torchrun chapters there", "for results like the chapters' run them on Linux"),
+            Check("limit mps", "warn", f"Apple GPU (mps) {'found' if 'mps' in accelerators else 'not found'}: "
+                  "chapters that pick a device use mps when present, and the course's CI does not run the MPS paths",
+                  "if a result looks wrong, compare with the CPU (`DEVICE=cpu`); the parity check compares mps "
+                  "with it"),
+        ]
+        if plat.get("macos") and _version_tuple(plat["macos"]) < (14,):
+            limits.append(Check("limit macOS", "warn", f"macOS {plat['macos']}: the pins are resolved for macOS 14 "
+                                "or later (`make platforms`); older releases are not checked",
+                                "update macOS to 14 or later"))
+    if system == "Windows":
+        limits.append(Check("limit windows", "warn", "Windows: make, torchrun's launches and mpirun need a Linux shell",
+                            "use WSL2 (`wsl --install`, Ubuntu) and run the course there"))
+    where = label + (" (WSL2)" if plat.get("wsl") else "")
+    if label not in PLATFORM_LABELS.values():
+        head = Check("platform", "warn", f"{where} is not one of the platforms the pins are checked on "
+                     f"({', '.join(sorted(set(PLATFORM_LABELS.values())))}); `make setup` may fail here",
+                     "use one of those platforms; `make platforms` resolves the pins for each")
+    elif limits:
+        head = _ok("platform", f"{where}: the course runs with {len(limits)} limit(s), listed below")
+    else:
+        head = _ok("platform", f"{where}: no platform limits (IPEX: see the ipex check)")
+    return [head] + limits
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
 
 
 def check_kernel(kernel: dict[str, Any]) -> Check:
@@ -261,18 +400,22 @@ def judge(facts: dict[str, Any]) -> list[Check]:
               check_pins(facts.get("pins", [])), check_torch_build(facts.get("torch", {}))]
     if "fingerprint" not in facts:
         return checks
-    from ..ipex_support import RETIREMENT_NOTE
+    from ..ipex_support import RETIREMENT_NOTE, SETUP_COMMAND
 
     imports = facts.get("imports")
     tried = imports is not None
     imports = imports or {}
     versions = facts["fingerprint"].get("versions", {})
+    plat = facts["platform"]
+    system = plat.get("system", "Linux")
     checks += check_devices(facts["devices"])
-    checks += [check_cpu(facts["fingerprint"]), check_isa(facts["isa"]),
-               check_openmp(facts["fingerprint"].get("openmp", [])),
-               check_ipex(facts["ipex"], imports.get("ipex"), RETIREMENT_NOTE, tried),
-               check_pruning({k: imports.get(k) for k in ("nni", "torch_pruning")}, versions, tried),
-               check_allocators(facts["allocators"]), check_mpirun(*facts["mpirun"]),
+    checks += [check_cpu(facts["fingerprint"]), check_isa(facts["isa"], plat.get("machine", "x86_64"), system),
+               check_openmp(facts["fingerprint"].get("openmp", [])), check_compiler(facts["compiler"], system)]
+    checks += check_platform(plat, facts["accelerators"])
+    checks += [check_ipex(facts["ipex_env"], plat, RETIREMENT_NOTE, SETUP_COMMAND, facts.get("ipex_pins")),
+               check_pruning({k: imports.get(k) for k in ("nni", "torch_pruning")}, versions, tried,
+                             plat.get("left_out", [])),
+               check_allocators(facts["allocators"], system), check_mpirun(*facts["mpirun"], system=system),
                check_kernel(facts["kernel"]),
                check_datasets(facts["datasets"]["source"], facts["datasets"]["cached"], facts["datasets"]["online"]),
                check_memory(facts["memory"]["available"], facts["memory"]["total"]), check_disk(facts["disk"])]

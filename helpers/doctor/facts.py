@@ -1,18 +1,22 @@
 """The doctor's facts: ``gather`` collects what this machine has -- Python, the pinned packages as
-installed, the torch build, devices, CPU and instruction sets, OpenMP, IPEX, NNI and
-Torch-Pruning (imported in a child process), allocators, ``mpirun``, the Jupyter kernel,
-datasets, memory, disk, and a parity probe on every accelerator -- as a dict of plain values
-that ``helpers.doctor.checks.judge`` turns into checks.
+installed, the platform (and which pins its environment markers leave out there), the torch
+build, devices, CPU and instruction sets, OpenMP, the C++ compiler and Python headers that
+``torch.compile`` needs on the CPU, the IPEX environment (read from its package metadata by its
+own Python: nothing here imports IPEX), NNI and Torch-Pruning (imported in a child process),
+allocators, ``mpirun``, the Jupyter kernel, datasets, memory, disk, and a parity probe on every
+accelerator -- as a dict of plain values that ``helpers.doctor.checks.judge`` turns into checks.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import platform
 import shutil
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 from importlib import metadata
@@ -25,7 +29,12 @@ DIST_NAME = "accelerate-course-helpers"
 ALLOCATORS: dict[str, tuple[str, ...]] = {"jemalloc": ("libjemalloc.so",), "tcmalloc": ("libtcmalloc.so",
                                                                                       "libtcmalloc_minimal.so")}
 DATASET_HOSTS: tuple[tuple[str, int], ...] = (("ossci-datasets.s3.amazonaws.com", 443), ("www.cs.toronto.edu", 443))
-_IMPORTS = {"ipex": "intel_extension_for_pytorch", "nni": "nni", "torch_pruning": "torch_pruning"}
+#: What the child process imports ({key: distribution}; the key is the module), each only where its pin
+#: applies. Never IPEX: it lives in an environment of its own, and importing it next to another torch
+#: minor version ends the process.
+IMPORTS: dict[str, str] = {"nni": "nni", "torch_pruning": "torch-pruning"}
+#: ``sys_platform`` for each ``platform.system()``, to evaluate the pins' markers for another platform.
+SYS_PLATFORMS: dict[str, str] = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}
 
 
 def _installed(name: str) -> str | None:
@@ -54,12 +63,115 @@ def pinned_requirements(dist: str = DIST_NAME) -> list[dict[str, Any]]:
     return pins
 
 
+def marker_environment(system: str | None = None, machine: str | None = None) -> dict[str, str]:
+    """This Python's marker environment, with ``platform_system``/``platform_machine`` (and ``sys_platform``)
+    replaced by ``system``/``machine`` when given -- how a pin's marker reads on another platform."""
+    from packaging.markers import default_environment
+
+    env = dict(default_environment())
+    if system is not None:
+        env["platform_system"] = system
+        env["sys_platform"] = SYS_PLATFORMS.get(system, system.lower())
+        env["os_name"] = "nt" if system == "Windows" else "posix"
+    if machine is not None:
+        env["platform_machine"] = machine
+    return env
+
+
+def left_out_pins(system: str | None = None, machine: str | None = None, dist: str = DIST_NAME) -> list[str]:
+    """The course package's requirements whose environment markers leave them out on this platform
+    (or on ``system``/``machine``), read from its installed metadata; extras are not counted."""
+    from packaging.requirements import Requirement
+
+    try:
+        reqs = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return []
+    env = marker_environment(system, machine)
+    out = []
+    for text in reqs:
+        req = Requirement(text)
+        if req.marker is None or "extra" in str(req.marker):  # an extra's requirement (e.g. pytest) is no pin
+            continue
+        if not req.marker.evaluate({**env, "extra": ""}):
+            out.append(req.name)
+    return sorted(set(out))
+
+
+def platform_facts(system: str | None = None, machine: str | None = None) -> dict[str, Any]:
+    """The platform: ``system`` and ``machine`` (as ``platform`` names them), the macOS release, whether
+    this Linux is WSL, which pins are left out here (``left_out``) and whether IPEX has wheels here."""
+    from .. import install
+
+    system = system or platform.system()
+    machine = machine or platform.machine()
+    return {"system": system, "machine": machine,
+            "macos": platform.mac_ver()[0] if system == "Darwin" else None,
+            "wsl": system == "Linux" and "microsoft" in platform.release().lower(),
+            "left_out": left_out_pins(system, machine),
+            "ipex_wheels": install.ipex_supported(system, machine)}
+
+
+def compiler_facts(env: dict[str, str] | None = None) -> dict[str, Any]:
+    """The C++ compiler ``torch.compile`` would use on the CPU (``$CXX``, else ``g++`` or ``c++`` on PATH),
+    whether its ``--version`` runs (``version``: its first line, or the error's), and whether this
+    Python's headers (``Python.h``) are installed."""
+    env = os.environ if env is None else env
+    wanted = env.get("CXX") or None
+    path = version = None
+    runs = False
+    if wanted:
+        path = shutil.which(wanted.split()[0]) if wanted.split() else None
+    else:
+        path = shutil.which("g++") or shutil.which("c++")
+    if path:  # macOS has /usr/bin/g++ and c++ even without a compiler: they fail until the tools are installed
+        try:
+            proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+            runs = proc.returncode == 0
+            version = (proc.stdout.strip().splitlines() or [None])[0] if runs else \
+                (proc.stderr.strip().splitlines() or [None])[0]
+        except (OSError, subprocess.SubprocessError) as exc:
+            version = f"{type(exc).__name__}: {exc}"
+    include = sysconfig.get_paths()["include"]
+    return {"cxx_env": wanted, "cxx": path, "runs": runs, "version": version, "include": include,
+            "python_h": os.path.isfile(os.path.join(include, "Python.h")),
+            "python": ".".join(str(v) for v in sys.version_info[:2])}
+
+
+def ipex_pins() -> dict[str, str]:
+    """The IPEX environment's pins of torch and IPEX ({name: version}); empty where pyproject.toml is absent."""
+    from .. import install
+
+    try:
+        pins = [install.parse_pin(line) for line in install.ipex_pins()]
+    except (OSError, install.InstallError, KeyError, ValueError):
+        return {}
+    return {name: version for name, version, _ in pins if name in ("torch", "intel-extension-for-pytorch") and version}
+
+
+def ipex_environment() -> dict[str, Any]:
+    """The IPEX environment as ``helpers.ipex_support.environment`` reads it (its own Python, package metadata only)."""
+    from .. import ipex_support
+
+    try:
+        return ipex_support.environment()
+    except Exception as exc:  # a broken environment must not end the doctor
+        return {"python": None, "ok": False, "torch": None, "torchvision": None, "ipex": None,
+                "message": f"could not read the IPEX environment: {type(exc).__name__}: {exc}"}
+
+
+def wanted_imports(left_out: Sequence[str] = ()) -> dict[str, str]:
+    """The modules the import probe tries ({key: module}): ``IMPORTS`` less those whose pin is ``left_out``."""
+    return {key: key for key, dist in IMPORTS.items() if dist not in left_out}
+
+
 def _imports_in_child(modules: dict[str, str]) -> Job:
     """Start a child that imports ``modules`` ({key: module}) and prints one JSON line of errors."""
     code = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\nout = {}\n"
             "for key, mod in json.loads(sys.argv[1]).items():\n"
             "    try:\n        __import__(mod)\n        out[key] = None\n"
-            "    except BaseException as exc:\n        out[key] = f'{type(exc).__name__}: {exc}'.splitlines()[0][:300]\n"
+            "    except BaseException as exc:\n"
+            "        out[key] = f'{type(exc).__name__}: {exc}'.splitlines()[0][:300]\n"
             "print('IMPORTS ' + json.dumps(out), flush=True)\n")
     return Job([[sys.executable, "-c", code, json.dumps(modules)]]).start()
 
@@ -101,7 +213,7 @@ def _kernel() -> dict[str, Any]:
     return {"python": exe, "same_env": same}
 
 
-def _allocators() -> dict[str, str | None]:
+def _allocators(machine: str | None = None) -> dict[str, str | None]:
     try:
         listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
     except (OSError, subprocess.SubprocessError):
@@ -114,8 +226,8 @@ def _allocators() -> dict[str, str | None]:
                 found[name] = line.split("=>")[-1].strip()
                 break
         if found[name] is None:
-            for folder in ("/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib",
-                           os.path.join(sys.prefix, "lib")):
+            for folder in (f"/usr/lib/{machine or platform.machine()}-linux-gnu", "/usr/lib64", "/usr/lib",
+                           "/usr/local/lib", os.path.join(sys.prefix, "lib")):
                 hits = sorted(p for lib in libs for p in Path(folder).glob(lib + "*")) if os.path.isdir(folder) else []
                 if hits:
                     found[name] = str(hits[0])
@@ -176,18 +288,10 @@ def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 
     facts["python"] = {"version": list(sys.version_info[:3]), "requires": requires,
                        "prefix": sys.prefix, "course_env": _course_env()}
     facts["pins"] = pinned_requirements()
-    try:
-        from .. import ipex_support
-
-        status = ipex_support.status()
-    except Exception as exc:  # torch itself broken: the torch-build check says so
-        status = {"installed": _installed("intel-extension-for-pytorch"), "compatible": False, "message": str(exc)}
+    facts["platform"] = platform_facts()
     child = None
     if imports:
-        wanted = {"nni": "nni", "torch_pruning": "torch_pruning"}
-        if status.get("compatible"):
-            wanted["ipex"] = _IMPORTS["ipex"]
-        child = _imports_in_child(wanted)
+        child = _imports_in_child(wanted_imports(facts["platform"]["left_out"]))
     try:
         import torch
 
@@ -203,7 +307,9 @@ def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 
     facts["fingerprint"] = system.fingerprint()
     facts["isa"] = system.cpu_bf16_support()
     facts["devices"], facts["accelerators"] = _devices()
-    facts["ipex"] = status
+    facts["compiler"] = compiler_facts()
+    facts["ipex_env"] = ipex_environment()
+    facts["ipex_pins"] = ipex_pins()
     facts["allocators"] = _allocators()
     facts["mpirun"] = _mpirun()
     facts["kernel"] = _kernel()
@@ -226,7 +332,8 @@ def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 
             found = [ln for ln in out.splitlines() if ln.startswith("IMPORTS ")]
             facts["imports"] = json.loads(found[-1][len("IMPORTS "):]) if found else {}
         except (JobTimeout, json.JSONDecodeError):
-            facts["imports"] = {k: f"import took over {import_timeout:.0f} s" for k in ("nni", "torch_pruning")}
+            facts["imports"] = {k: f"import took over {import_timeout:.0f} s"
+                                for k in wanted_imports(facts["platform"]["left_out"])}
     else:
         facts["imports"] = None  # not tried
     return facts

@@ -65,19 +65,115 @@ def test_cpu_isa_openmp():
     assert doctor.check_openmp([]).status == "warn"
 
 
-def test_ipex_always_names_its_retirement():
-    note = "retired, archived, known security issues"
-    matched = doctor.check_ipex({"installed": "2.8.0", "torch": "2.8.0", "compatible": True}, None, note)
-    assert matched.status == "warn" and "imports" in matched.message and note in matched.message
-    assert "not tried" in doctor.check_ipex({"installed": "2.8.0", "torch": "2.8.0", "compatible": True},
-                                            None, note, tried=False).message
-    broken = doctor.check_ipex({"installed": "2.8.0", "torch": "2.8.0", "compatible": True}, "OSError: lib", note)
-    assert "fails to import: OSError" in broken.message
-    mismatch = doctor.check_ipex({"installed": "2.8.0", "compatible": False, "message": "needs torch 2.8.*"}, None, note)
-    assert mismatch.status == "warn" and "needs torch 2.8" in mismatch.message
-    assert "not installed" in doctor.check_ipex({"installed": None}, None, note).message
-    # never a failure: the course runs without IPEX
-    assert all(c.status != "fail" for c in (matched, broken, mismatch))
+LINUX = {"system": "Linux", "machine": "x86_64", "left_out": [], "ipex_wheels": True}
+PINS = {"torch": "2.8.0", "intel-extension-for-pytorch": "2.8.0"}
+
+
+def ipex(env, plat=LINUX, pins=PINS):
+    from helpers.ipex_support import RETIREMENT_NOTE, SETUP_COMMAND
+
+    return doctor.check_ipex(env, plat, RETIREMENT_NOTE, SETUP_COMMAND, pins)
+
+
+def test_ipex_environment_absent_present_mismatched_always_retired(fake_platforms):
+    absent = ipex({"python": None, "ok": False, "message": "not installed"})
+    assert absent.status == "warn" and "make setup-ipex" in absent.fix and "skips its IPEX arms" in absent.message
+    ready = ipex({"python": "/c/venv-ipex/bin/python", "ok": True, "torch": "2.8.0", "ipex": "2.8.0"})
+    assert ready.status == "ok" and "torch 2.8.0 + IPEX 2.8.0" in ready.message and ready.fix == ""
+    broken = ipex({"python": "/c/venv-ipex/bin/python", "ok": False, "torch": "2.14.1", "ipex": "2.8.0",
+                   "message": "the IPEX environment at /c is incomplete (torch 2.14.1, IPEX 2.8.0, "
+                              "course package None)"})
+    assert broken.status == "warn" and "torch 2.14.1" in broken.message and "make setup-ipex" in broken.fix
+    drift = ipex({"python": "/c/venv-ipex/bin/python", "ok": True, "torch": "2.8.1+cpu", "ipex": "2.8.1"})
+    assert drift.status == "warn" and "torch 2.8.1+cpu (pinned 2.8.0)" in drift.message
+    assert "make setup-ipex" in drift.fix
+    assert ipex({"python": "/p", "ok": True, "torch": "2.8.0+cpu", "ipex": "2.8.0"}).status == "ok"  # local tag
+    elsewhere = [ipex({"python": None, "ok": False}, plat) for plat in fake_platforms.values()]
+    for label, c in zip(fake_platforms, elsewhere):
+        assert c.status == "warn" and f"no IPEX wheel for {label}" in c.message and "Linux x86-64" in c.fix
+        assert "setup-ipex" not in c.message + c.fix  # the command cannot work there: not suggested
+    for c in [absent, ready, broken, drift] + elsewhere:
+        assert "is retired" in c.message and "2.8 is its last release" in c.message and c.status != "fail"
+
+
+def test_compiler_each_platform_and_state():
+    good = {"cxx_env": None, "cxx": "/usr/bin/g++", "version": "g++ 12.2.0", "include": "/inc", "python_h": True,
+            "python": "3.11"}
+    ok = doctor.check_compiler(good)
+    assert ok.status == "ok" and "/usr/bin/g++" in ok.message and "from PATH" in ok.message
+    assert "from $CXX" in doctor.check_compiler({**good, "cxx_env": "clang++", "cxx": "/usr/bin/clang++"}).message
+    none = doctor.check_compiler({**good, "cxx": None})
+    assert none.status == "fail" and "no C++ compiler" in none.message
+    assert none.fix.startswith("Debian/Ubuntu: `sudo apt-get install g++ python3.11-dev`")
+    assert "xcode-select --install" in doctor.check_compiler({**good, "cxx": None}, "Darwin").fix
+    assert "WSL2" in doctor.check_compiler({**good, "cxx": None}, "Windows").fix
+    shim = doctor.check_compiler({**good, "cxx": "/usr/bin/g++", "runs": False,
+                                  "version": "xcrun: error: invalid active developer path"}, "Darwin")
+    assert shim.status == "fail" and "does not run (xcrun" in shim.message and "xcode-select" in shim.fix
+    stale = doctor.check_compiler({**good, "cxx_env": "g++-99", "cxx": None})
+    assert stale.status == "fail" and "$CXX is 'g++-99'" in stale.message and "unset" in stale.fix
+    headers = doctor.check_compiler({**good, "python_h": False, "python": "3.12"})
+    assert headers.status == "fail" and "Python.h is missing from /inc" in headers.message
+    assert "python3.12-dev" in headers.fix
+    assert "brew install python@3.11" in doctor.check_compiler({**good, "python_h": False}, "Darwin").fix
+
+
+def test_platform_limits_linux_x86_has_none():
+    checks = doctor.check_platform(LINUX)
+    assert [(c.name, c.status) for c in checks] == [("platform", "ok")] and "no platform limits" in checks[0].message
+    assert "(WSL2)" in doctor.check_platform({**LINUX, "wsl": True})[0].message
+
+
+def test_platform_limits_linux_aarch64(fake_platforms):
+    checks = doctor.check_platform(fake_platforms["Linux aarch64"])
+    by = {c.name: c for c in checks}
+    assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit openvino"]
+    assert by["platform"].status == "ok" and "Linux aarch64: the course runs with 3 limit(s)" in by["platform"].message
+    assert "no OpenVINO wheel for Linux aarch64" in by["limit openvino"].message
+    assert "chapter 14 measures eager PyTorch and ONNX Runtime only" in by["limit openvino"].message
+    assert "chapter 06 computes the same L1-norm masks with Torch-Pruning" in by["limit nni"].message
+    assert "chapters 02 and 04 skip their Intel OpenMP arms" in by["limit intel-openmp"].message
+    assert all(c.status == "warn" and c.fix for c in checks[1:])
+
+
+def test_platform_limits_macos(fake_platforms):
+    mac = fake_platforms["macOS arm64"]
+    by = {c.name: c for c in doctor.check_platform(mac, ["mps"])}
+    assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit LD_PRELOAD", "limit torchrun",
+                        "limit mps"]
+    assert "limit openvino" not in by  # OpenVINO has macOS arm64 wheels
+    assert "jemalloc or tcmalloc" in by["limit LD_PRELOAD"].message and "02 and 04" in by["limit LD_PRELOAD"].message
+    assert "gloo" in by["limit torchrun"].message
+    assert by["limit mps"].message.startswith("Apple GPU (mps) found") and "CI does not run" in by["limit mps"].message
+    assert "not found" in {c.name: c for c in doctor.check_platform(mac, [])}["limit mps"].message
+    old = {c.name: c for c in doctor.check_platform({**mac, "macos": "13.6.1"})}
+    assert "macOS 13.6.1" in old["limit macOS"].message and "14" in old["limit macOS"].fix
+
+
+def test_platform_limits_windows_and_unknown(fake_platforms):
+    by = {c.name: c for c in doctor.check_platform(fake_platforms["Windows x86-64"])}
+    assert list(by) == ["platform", "limit intel-openmp", "limit windows"] and "WSL2" in by["limit windows"].fix
+    assert "make" in by["limit windows"].message and "mpirun" in by["limit windows"].message
+    odd = doctor.check_platform({"system": "Linux", "machine": "ppc64le", "left_out": ["openvino"]})
+    assert odd[0].status == "warn" and "Linux ppc64le is not one of the platforms" in odd[0].message
+    assert "make platforms" in odd[0].fix
+    assert "some-new-pin is not installed on Linux x86-64" in doctor.check_platform(
+        {"system": "Linux", "machine": "x86_64", "left_out": ["some-new-pin"]})[1].message
+
+
+def test_every_line_is_one_line(fake_platforms, fake_facts):
+    for plat in [LINUX, *fake_platforms.values()]:
+        facts = fake_facts(platform=plat, accelerators=["mps"] if plat["system"] == "Darwin" else [])
+        for c in doctor.judge(facts):
+            assert "\n" not in c.message + c.fix, c.name
+
+
+def test_isa_on_arm_does_not_ask_for_avx2():
+    arm = doctor.check_isa({"avx2": False}, "aarch64")
+    assert arm.status == "ok" and "x86 instruction sets" in arm.message and "slow" not in arm.message
+    assert doctor.check_isa({"avx2": False}, "x86_64").status == "warn"
+    windows = doctor.check_isa({"avx2": False}, "AMD64", "Windows")  # no /proc/cpuinfo: unknown, not absent
+    assert windows.status == "ok" and "not read on Windows" in windows.message
 
 
 def test_pruning_allocators_mpirun_kernel():
@@ -85,10 +181,27 @@ def test_pruning_allocators_mpirun_kernel():
     bad = doctor.check_pruning({"nni": "ImportError: x", "torch_pruning": None}, {})
     assert bad.status == "warn" and "nni does not import" in bad.message
     assert doctor.check_pruning({}, {"nni": "not installed", "torch-pruning": "1.6.1"}, tried=False).status == "warn"
+    # NNI not pinned on this platform: Torch-Pruning alone is enough
+    arm = doctor.check_pruning({"torch_pruning": None}, {"nni": "not installed", "torch-pruning": "1.6.1"},
+                               left_out=["nni"])
+    assert arm.status == "ok" and "NNI is not pinned on this platform" in arm.message
+    untried = doctor.check_pruning({}, {"nni": "not installed", "torch-pruning": "1.6.1"}, tried=False,
+                                   left_out=["nni"])
+    assert untried.status == "ok" and "Torch-Pruning 1.6.1 is installed (import not tried)" in untried.message
+    no_tp = doctor.check_pruning({"torch_pruning": "ModuleNotFoundError: x"}, {}, left_out=["nni"])
+    assert no_tp.status == "warn" and "Torch-Pruning" in no_tp.fix
     assert doctor.check_allocators({"jemalloc": "/lib/libjemalloc.so.2", "tcmalloc": None}).message.startswith("found jemalloc")
-    assert doctor.check_allocators({"jemalloc": None, "tcmalloc": None}).status == "warn"
-    assert doctor.check_mpirun(None, None).status == "warn"
+    none = doctor.check_allocators({"jemalloc": None, "tcmalloc": None})
+    apt = "Debian/Ubuntu: `sudo apt-get install openmpi-bin libjemalloc2 libtcmalloc-minimal4`"
+    assert none.status == "warn" and none.fix == apt
+    assert doctor.check_allocators({"jemalloc": None, "tcmalloc": None}, "Darwin").status == "ok"
+    missing = doctor.check_mpirun(None, None)
+    assert missing.status == "warn" and missing.fix == apt
+    assert "brew install open-mpi" in doctor.check_mpirun(None, None, "Darwin").fix
+    assert doctor.check_mpirun(None, None, "Windows").fix == f"use WSL2 (Ubuntu) and, there, {apt[len('Debian/Ubuntu: '):]}"
     assert "Open MPI" in doctor.check_mpirun("/usr/bin/mpirun", "mpirun (Open MPI) 4.1.4").message
+    mpich = doctor.check_mpirun("/usr/bin/mpirun", "HYDRA build details:")
+    assert mpich.status == "warn" and "not Open MPI" in mpich.message and "OMPI_COMM_WORLD" in mpich.message
     assert doctor.check_kernel({"same_env": True}).status == "ok"
     stray = doctor.check_kernel({"python": "/usr/bin/python3", "same_env": False})
     assert stray.status == "warn" and "kernelspec" in stray.fix
@@ -119,12 +232,29 @@ def test_parity_checks():
 def test_judge_runs_every_check_on_faked_findings(fake_facts):
     checks = doctor.judge(fake_facts())
     names = [c.name for c in checks]
-    for expected in ("python", "pins", "torch build", "device cpu", "cpu", "instruction sets", "openmp", "ipex",
-                     "nni + torch-pruning", "allocators", "mpirun", "jupyter kernel", "datasets", "memory", "disk",
-                     "parity"):
+    for expected in ("python", "pins", "torch build", "device cpu", "cpu", "instruction sets", "openmp",
+                     "c++ compiler", "platform", "ipex", "nni + torch-pruning", "allocators", "mpirun",
+                     "jupyter kernel", "datasets", "memory", "disk", "parity"):
         assert expected in names
+    assert not any(n.startswith("limit") for n in names)  # the fake machine is Linux x86-64
     low = doctor.judge(fake_facts(memory={"available": 2**28, "total": 2**30}))
     assert any(c.status == "fail" for c in low)
+    no_cxx = doctor.judge(fake_facts(compiler={**fake_facts()["compiler"], "cxx": None}))
+    assert [c.status for c in no_cxx if c.name == "c++ compiler"] == ["fail"]
     # torch broken: only the first checks, and a failure
     broken = doctor.judge({"python": fake_facts()["python"], "pins": [], "torch": {"error": "ImportError: x"}})
     assert [c.name for c in broken] == ["python", "pins", "torch build"] and broken[-1].status == "fail"
+
+
+def test_judge_on_a_fake_aarch64_and_a_fake_mac(fake_facts, fake_platforms):
+    arm = {c.name: c for c in doctor.judge(fake_facts(platform=fake_platforms["Linux aarch64"],
+                                                       isa={"avx2": False}, imports={"torch_pruning": None}))}
+    assert {"limit openvino", "limit nni", "limit intel-openmp"} <= set(arm)
+    assert arm["instruction sets"].status == "ok" and arm["nni + torch-pruning"].status == "ok"
+    assert "no IPEX wheel for Linux aarch64" in arm["ipex"].message
+    mac = {c.name: c for c in doctor.judge(fake_facts(platform=fake_platforms["macOS arm64"], accelerators=["mps"],
+                                                       parity=["RuntimeError: x"], compiler={"cxx": None},
+                                                       isa={}))}
+    assert {"limit LD_PRELOAD", "limit torchrun", "limit mps"} <= set(mac) and "limit openvino" not in mac
+    assert mac["c++ compiler"].status == "fail" and "xcode-select --install" in mac["c++ compiler"].fix
+    assert mac["allocators"].status == "ok" and "brew install open-mpi" in mac["mpirun"].fix

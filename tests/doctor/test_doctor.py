@@ -27,7 +27,8 @@ def test_real_doctor_run(tmp_path, capsys):
     saved = json.loads((tmp_path / "doctor.json").read_text())
     assert code == doctor.exit_status([doctor.Check(**c) for c in saved["checks"]])
     assert code == 0  # the machine that runs the tests can run the course
-    for name in ("python", "pins", "torch build", "cpu", "instruction sets", "openmp", "ipex", "memory", "disk"):
+    for name in ("python", "pins", "torch build", "cpu", "instruction sets", "openmp", "c++ compiler", "platform",
+                 "ipex", "memory", "disk"):
         assert any(c["name"] == name for c in saved["checks"]), name
         assert f"] {name}" in out
     from helpers import system
