@@ -3,7 +3,8 @@
 ``formats()`` tabulates FP64/FP32/TF32/FP16/BF16 from ``torch.finfo`` (TF32 is a math mode of
 NVIDIA tensor cores, not a storage dtype, so its row is computed from its bit layout);
 ``underflow()`` shows which small gradient values survive a cast to each format, with and
-without loss scaling; ``tf32`` switches TF32 matmuls on or off as a context manager;
+without loss scaling; ``tf32`` switches TF32 matmuls and convolutions on or off as a context manager
+(``tf32_defaults`` reads PyTorch's settings: convolutions default to TF32, matmuls do not);
 ``precision_bits`` and ``rounding_error`` show the other side of a format, its precision:
 how far one value moves when it is rounded to the format.
 """
@@ -82,16 +83,33 @@ def underflow(values: Sequence[float] = (1e-3, 1e-5, 1e-7, 1e-8, 1e-10), scale: 
     return table
 
 
+def tf32_defaults() -> dict[str, str]:
+    """This torch's TF32 settings as set now: ``{"matmul": ..., "conv": ...}`` (the ``fp32_precision`` API).
+
+    PyTorch's defaults (2.9 and later): CUDA matmuls ``"none"`` (IEEE fp32 unless a parent setting
+    says otherwise), cuDNN convolutions ``"tf32"``: an "fp32" training step on an Ampere or newer
+    GPU already runs its convolutions in TF32 unless told otherwise.
+    """
+    return {"matmul": torch.backends.cuda.matmul.fp32_precision, "conv": torch.backends.cudnn.conv.fp32_precision}
+
+
 @contextlib.contextmanager
 def tf32(enabled: bool) -> Iterator[None]:
-    """Allow (or forbid) TF32 in CUDA matmuls and cuDNN convolutions inside the block."""
-    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = enabled
-    torch.backends.cudnn.allow_tf32 = enabled
+    """TF32 (``enabled``) or IEEE fp32 for CUDA matmuls *and* cuDNN convolutions inside the block.
+
+    Uses the ``fp32_precision`` API (``torch.backends.cuda.matmul.fp32_precision``,
+    ``torch.backends.cudnn.conv.fp32_precision``); the older ``allow_tf32`` flags are deprecated
+    since torch 2.9, and reading them after the new API was used raises.
+    """
+    before = tf32_defaults()
+    mode = "tf32" if enabled else "ieee"
+    torch.backends.cuda.matmul.fp32_precision = mode
+    torch.backends.cudnn.conv.fp32_precision = mode
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+        torch.backends.cuda.matmul.fp32_precision = before["matmul"]
+        torch.backends.cudnn.conv.fp32_precision = before["conv"]
 
 
 def precision_bits(dtype: torch.dtype) -> int:

@@ -34,11 +34,14 @@ def test_parse_dtype():
         precision.parse_dtype("int8")
 
 
-def test_tf32_context_restores():
-    before = torch.backends.cuda.matmul.allow_tf32
-    with precision.tf32(not before):
-        assert torch.backends.cuda.matmul.allow_tf32 is (not before)
-    assert torch.backends.cuda.matmul.allow_tf32 is before
+def test_tf32_context_switches_both_and_restores():
+    before = precision.tf32_defaults()
+    assert before == {"matmul": "none", "conv": "tf32"}   # PyTorch's defaults: convolutions already in TF32
+    with precision.tf32(False):
+        assert precision.tf32_defaults() == {"matmul": "ieee", "conv": "ieee"}
+    with precision.tf32(True):
+        assert precision.tf32_defaults() == {"matmul": "tf32", "conv": "tf32"}
+    assert precision.tf32_defaults() == before
 
 
 def test_precision_bits():
