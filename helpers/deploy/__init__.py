@@ -1,6 +1,7 @@
 """Serve a trained model with other engines: ``python -m helpers.deploy``.
 
-Exports a PyTorch model to ONNX with ``torch.onnx.export`` and runs the same fixed batch
+Exports a PyTorch model to ONNX with ``torch.onnx.export`` (its default, dynamo exporter, which needs
+``onnxscript``; ``--exporter torchscript`` picks the older one, ``dynamo=False``) and runs the same fixed batch
 in PyTorch eager, ONNX Runtime and OpenVINO, in interleaved rounds (``helpers.measure``):
 every round builds each engine's session afresh, makes its first call (reported apart),
 its warm-up calls, then its timed calls, the engines taking turns in rotated order. Per engine
@@ -25,7 +26,7 @@ import argparse
 from typing import Sequence
 
 from .. import measure, models, results, system
-from .engines import DEVICES, ENGINES, PRECISIONS, DeployError, parse_engines
+from .engines import DEVICES, ENGINES, EXPORTERS, OPSET, PRECISIONS, DeployError, parse_engines
 from .rounds import EngineResult, _targets, compare, results_table, to_rows, verdict
 from .served import BLOG_MODEL, ModelSpec, build_model, parse_size
 
@@ -44,7 +45,7 @@ NOT_RUNNABLE: dict[str, tuple[str, str]] = {
     "pytorch-directml": (
         "Windows/WSL only and frozen at PyTorch 1.8 (successor torch-directml also needs DirectX 12).",
         "On Windows/WSL, in a separate environment (torch-directml pins its own, older torch, which would replace "
-        "the course's 2.8): pip install torch-directml, build the model on torch_directml.device() and time "
+        "the course's 2.14): pip install torch-directml, build the model on torch_directml.device() and time "
         "forward passes with the same warm-up + median protocol."),
     "dlprimitives OpenCL backend": (
         "pytorch_dlprim has no PyPI wheel: it is built from source against a matching torch and an "
@@ -75,6 +76,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="OpenVINO's INFERENCE_PRECISION_HINT (default: the plugin's own choice)")
     p.add_argument("--checkpoint", default=None, help="a checkpoint written by helpers.checkpoints (dict with 'model')")
     p.add_argument("--dynamic-batch", action="store_true", help="export with a dynamic batch dimension")
+    p.add_argument("--exporter", default="dynamo", choices=EXPORTERS,
+                   help="torch.onnx.export's exporter: dynamo (the default since torch 2.9, needs onnxscript) or "
+                        "torchscript (the older one, dynamo=False)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per engine per round")
     p.add_argument("--rounds", type=int, default=measure.ROUNDS, help="interleaved rounds (a fresh session each)")
     p.add_argument("--warmup", type=int, default=3)
@@ -89,12 +93,14 @@ def main(argv: Sequence[str] | None = None) -> list[EngineResult]:
     _targets(parse_engines(args.engines), args.device)  # bad engine or device: one message before any work
     spec = build_model(args.model, size=size, checkpoint=args.checkpoint)
     print(system.env_report())
+    exporter = ("torch.onnx.export(dynamo=True), the default since torch 2.9" if args.exporter == "dynamo" else
+                "torch.onnx.export(dynamo=False), the older TorchScript exporter")
     print(f"model: {spec.label} | input {args.batch}x{'x'.join(map(str, spec.input_shape))} | "
-          f"{args.rounds} rounds of {args.warmup} warm-up + {args.repeats} timed calls | exporter: torch.onnx.export (TorchScript, "
-          "torch 2.8's default; the dynamo exporter needs onnxscript)")
+          f"{args.rounds} rounds of {args.warmup} warm-up + {args.repeats} timed calls | exporter: {exporter}, "
+          f"opset {OPSET}")
     found = compare(spec, batch=args.batch, engines=args.engines, device=args.device, precision=args.precision,
                     repeats=args.repeats, warmup=args.warmup, workdir=args.keep, dynamic_batch=args.dynamic_batch,
-                    rounds=args.rounds, progress=False)
+                    rounds=args.rounds, progress=False, exporter=args.exporter)
     print(results_table(found))
     h, w = spec.input_shape[1:]
     rows = to_rows(found, experiment=f"deploy_{spec.name.replace(':', '_')}_{h}x{w}_b{args.batch}", label=spec.label)

@@ -1,6 +1,7 @@
-"""The engines of ``helpers.deploy``: export to ONNX, and one runner per engine -- PyTorch eager, ONNX
-Runtime, OpenVINO -- each a function ``run(batch) -> outputs`` on a chosen device, with the precision it
-really runs in; ``agreement`` compares two engines' outputs.
+"""The engines of ``helpers.deploy``: export to ONNX (``torch.onnx.export`` with its default, dynamo
+exporter, or the older TorchScript one), and one runner per engine -- PyTorch eager, ONNX Runtime,
+OpenVINO -- each a function ``run(batch) -> outputs`` on a chosen device, with the precision it really
+runs in; ``agreement`` compares two engines' outputs.
 
 Engines are imported inside the functions that use them (``import_engine``), so ``import helpers``
 stays light and a missing engine gives one message saying how to install it.
@@ -32,8 +33,12 @@ PRECISIONS: tuple[str, ...] = ("f32", "bf16", "f16")
 DEVICES: tuple[str, ...] = ("auto", "cpu", "gpu")
 GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
                                   "DmlExecutionProvider", "OpenVINOExecutionProvider", "CoreMLExecutionProvider")
-_PINS = {"onnx": "onnx==1.23.2", "onnxruntime": "onnxruntime==1.32.0", "openvino": "openvino==2026.4.1"}
-_NAMES = {"onnx": "ONNX", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+EXPORTERS: tuple[str, ...] = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True), the default; dynamo=False
+# The ONNX opset both exporters of torch 2.14 write by default; ONNX Runtime 1.32 and OpenVINO 2026.4 read it.
+OPSET = 20
+_PINS = {"onnx": "onnx==1.23.2", "onnxscript": "onnxscript==0.7.2", "onnxruntime": "onnxruntime==1.32.0",
+         "openvino": "openvino==2026.4.1"}
+_NAMES = {"onnx": "ONNX", "onnxscript": "onnxscript", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
 
 
 class DeployError(RuntimeError):
@@ -61,7 +66,8 @@ def parse_engines(text: str | Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def import_engine(module: str) -> Any:
-    """Import ``onnx``, ``onnxruntime`` or ``openvino``; a missing one raises DeployError saying how to install it."""
+    """Import ``onnx``, ``onnxscript``, ``onnxruntime`` or ``openvino``; a missing one raises DeployError saying
+    how to install it."""
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -72,23 +78,44 @@ def import_engine(module: str) -> Any:
 
 
 def export_onnx(model: nn.Module, example: torch.Tensor, path: str | Path, *, dynamic_batch: bool = False,
-                opset: int = 17) -> float:
-    """``torch.onnx.export`` with the TorchScript exporter; returns seconds taken.
+                opset: int = OPSET, exporter: str = "dynamo") -> float:
+    """``torch.onnx.export`` of ``model`` on ``example`` to one ``.onnx`` file; returns seconds taken.
 
-    torch 2.8's default exporter is the TorchScript one (``dynamo=False``); the dynamo exporter
-    needs ``onnxscript``, which the course does not pin. An unsupported operator raises DeployError
-    naming it.
+    ``exporter="dynamo"`` is ``torch.onnx.export``'s default since torch 2.9 (``dynamo=True``): it
+    captures the model with ``torch.export`` and translates it with ``onnxscript``'s operator
+    library; a dynamic batch is ``dynamic_shapes``. ``exporter="torchscript"`` is the older
+    exporter (``dynamo=False``, deprecated), with ``dynamic_axes``. Both write opset ``opset``
+    (default 20, torch 2.14's default for both). Weights stay inside the file (``external_data=False``;
+    the dynamo exporter still splits off weights over 2 GB). Unsupported operators raise DeployError naming them;
+    a missing ``onnxscript`` raises DeployError saying what to install.
     """
+    if exporter not in EXPORTERS:
+        raise DeployError(f"Unknown exporter {exporter!r}; choose from {', '.join(EXPORTERS)} "
+                          "(dynamo: torch.onnx.export's default; torchscript: the older one, dynamo=False).")
     import_engine("onnx")
-    dyn = {"images": {0: "batch"}, "logits": {0: "batch"}} if dynamic_batch else None
+    if exporter == "dynamo":
+        try:
+            importlib.import_module("onnxscript")
+        except ImportError:
+            raise DeployError(
+                "torch.onnx.export's default exporter (dynamo=True, the default since torch 2.9) needs onnxscript, "
+                f"which is not installed in this environment. It is a pinned dependency of the course: run "
+                f"`make setup`, or `pip install {_PINS['onnxscript']}` in this environment (or choose the older "
+                "TorchScript exporter: exporter='torchscript', i.e. dynamo=False).") from None
+        # dynamic_shapes: one entry per input of forward(); axis 0 of the first input varies, "batch" in the file
+        how = {"dynamo": True, "dynamic_shapes": ({0: "batch"},) if dynamic_batch else None,
+               "external_data": False, "verbose": False}
+    else:
+        how = {"dynamo": False,
+               "dynamic_axes": {"images": {0: "batch"}, "logits": {0: "batch"}} if dynamic_batch else None}
     start = time.perf_counter()
     with warnings.catch_warnings(), _quiet():
-        warnings.simplefilter("ignore")  # the 'legacy exporter' notice: we choose it on purpose
+        warnings.simplefilter("ignore")  # e.g. the TorchScript exporter's deprecation notice, when chosen
         try:
             torch.onnx.export(model, (example,), str(path), input_names=["images"], output_names=["logits"],
-                              dynamic_axes=dyn, opset_version=opset, dynamo=False)
-        except Exception as exc:  # the exporter raises several types; name the operator when it says one
-            raise DeployError(_export_message(exc, opset)) from None
+                              opset_version=opset, **how)
+        except Exception as exc:  # the exporters raise several types; name the operator when they say one
+            raise DeployError(_export_message(exc, opset, exporter)) from None
     return time.perf_counter() - start
 
 
@@ -112,13 +139,25 @@ def _quiet() -> Iterator[None]:
                 os.close(fd)
 
 
-def _export_message(exc: Exception, opset: int) -> str:
-    text = " ".join(str(exc).split())
-    op = re.search(r"operator '?([\w:.]+?)'?[ ,]", text)
-    reason = re.split(r"(?<=[a-z])\. |\[Caused by", text)[0][:240]
-    what = f"operator {op.group(1)} at opset {opset} ({reason})" if op else f"{type(exc).__name__}: {reason}"
-    return (f"Export to ONNX failed: {what}. Change that operation or its input size in the model, try a "
-            "higher opset, or keep this model in PyTorch (eager or torch.compile).")
+def _export_message(exc: Exception, opset: int, exporter: str = "dynamo") -> str:
+    raw = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))  # the dynamo exporter colours its messages
+    # the dynamo exporter puts the cause under "## Exception summary": "<class 'X'>: message"
+    cause = re.search(r"## Exception summary\s*<class '(?:[\w.]+\.)?(\w+)'>: ([^\n]+)", raw)
+    text = " ".join((cause.group(2) if cause else raw).split())
+    dynamo_op = re.search(r"No ONNX function found for <OpOverload\(op='(\w+)\.([\w.]+)'", text)
+    op = dynamo_op or re.search(r"operator '?([\w:.]+?)'?[ ,]", text)
+    name = f"{dynamo_op.group(1)}::{dynamo_op.group(2)}" if dynamo_op else op.group(1) if op else ""
+    if dynamo_op:
+        reason = "no ONNX function for it" + (f": {text.split('Failure message:')[1].strip()[:200]}"
+                                               if "Failure message:" in text else "")
+    else:
+        reason = re.split(r"(?<=[a-z])\. |\[Caused by", text)[0][:240]
+    kind = cause.group(1) if cause else type(exc).__name__
+    what = f"operator {name} at opset {opset} ({reason})" if op else f"{kind}: {reason}"
+    other = "torchscript (dynamo=False)" if exporter == "dynamo" else "dynamo (the default)"
+    return (f"Export to ONNX failed ({exporter} exporter): {what}. Change that operation or its input size in the "
+            f"model, try a higher opset or the other exporter ({other}: the two cover different operators), "
+            "or keep this model in PyTorch (eager or torch.compile).")
 
 
 def onnxruntime_providers(device: str) -> list[str]:

@@ -19,8 +19,9 @@ import torch
 from .. import measure, results
 from ..measure import Result
 from ..tables import Table
-from .engines import (DEVICES, ENGINES, DeployError, Runner, agreement, eager_devices, eager_runner, export_onnx,
-                      onnxruntime_providers, onnxruntime_runner, openvino_devices, openvino_runner, parse_engines)
+from .engines import (DEVICES, ENGINES, EXPORTERS, DeployError, Runner, agreement, eager_devices, eager_runner,
+                      export_onnx, onnxruntime_providers, onnxruntime_runner, openvino_devices, openvino_runner,
+                      parse_engines)
 from .served import ModelSpec, fixed_batch
 
 
@@ -95,8 +96,11 @@ def _run_chunked(run: Runner, inputs: np.ndarray, batch: int) -> np.ndarray:
 def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = ENGINES, device: str = "cpu",
             precision: str | None = None, repeats: int = 5, warmup: int = 3, workdir: str | Path | None = None,
             dynamic_batch: bool = False, inputs: np.ndarray | None = None, rounds: int | None = None,
-            also_dynamic: bool = False, progress: bool = True) -> list[EngineResult]:
+            also_dynamic: bool = False, progress: bool = True, exporter: str = "dynamo") -> list[EngineResult]:
     """Export ``spec.model`` once, then time every engine on the same fixed batch, in interleaved rounds.
+
+    The export is ``torch.onnx.export`` with ``exporter`` ("dynamo", its default since torch 2.9, or
+    "torchscript", the older ``dynamo=False``), see ``engines.export_onnx``.
 
     Each round (``rounds``, default ``measure.ROUNDS``) every engine, in rotated order, builds a
     fresh session, makes one first call (timed apart: lazy set-up), ``warmup`` untimed calls and
@@ -106,6 +110,8 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
     """
     if device not in DEVICES:
         raise DeployError(f"Unknown --device {device!r}; choose from {', '.join(DEVICES)}.")
+    if exporter not in EXPORTERS:
+        raise DeployError(f"Unknown exporter {exporter!r}; choose from {', '.join(EXPORTERS)}.")
     if batch < 1 or repeats < 1 or warmup < 0 or (rounds is not None and rounds < 1):
         raise DeployError("batch, repeats and rounds must be >= 1 and warmup >= 0")
     chosen = [(e, h or (precision if e == "openvino" else None)) for e, h in parse_engines(engines)]
@@ -122,7 +128,8 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
         folder.mkdir(parents=True, exist_ok=True)
         for dyn in sorted({d for e, _, _, d in targets if e != "eager"}):
             path = folder / f"{spec.name.replace(':', '_')}{'_dynamic' if dyn else ''}.onnx"
-            exports[dyn] = (path, export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=dyn))
+            exports[dyn] = (path, export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=dyn,
+                                                exporter=exporter))
         state: dict[str, dict[str, Any]] = {}
 
         def variant(name: str, engine: str, target: str, hint: str | None, dyn: bool) -> Callable[[], tuple[float, dict]]:
@@ -160,7 +167,8 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
         out.append(EngineResult(name, st["engine"], st["target"], st["precision"], batch, got.samples[name],
                                 st["first"], export_s, statistics.median(st["load"]), st["diff"], st["top1"],
                                 extra={"other_cores": [round(i.cores, 3) for i in got.interference],
-                                       "reruns": got.reruns, "dynamic_batch": st["dyn"]},
+                                       "reruns": got.reruns, "dynamic_batch": st["dyn"],
+                                       "exporter": None if st["engine"] == "eager" else exporter},
                                 agreement_n=len(check), rounds=got))
     return out
 

@@ -18,6 +18,7 @@ def test_rows_and_cli(tmp_path, capsys):
                          "--repeats", "2", "--warmup", "0", "--rows", str(rows_path), "--device", "cpu"])
     out = capsys.readouterr().out
     assert "onnxruntime" in out and "top-1 agree %" in out and "4 result rows" in out
+    assert "exporter: torch.onnx.export(dynamo=True), the default since torch 2.9, opset 20" in out
     rows = results.read_rows(rows_path)
     assert {(r.variant, r.metric, r.unit) for r in rows} == {
         ("eager", "throughput", "images/s"), ("onnxruntime", "throughput", "images/s"),
@@ -27,7 +28,15 @@ def test_rows_and_cli(tmp_path, capsys):
     assert thr["eager"].ratio == pytest.approx(1.0) and not thr["eager"].lower_is_better
     assert thr["onnxruntime"].extra["precision"] == "f32" and thr["onnxruntime"].extra["max_abs_diff"] < 1e-4
     assert "reruns" in thr["eager"].extra
+    assert thr["onnxruntime"].extra["exporter"] == "dynamo" and thr["eager"].extra["exporter"] is None
     assert len(found) == 2
+
+
+def test_cli_exporter_choice():
+    assert deploy._parser().parse_args([]).exporter == "dynamo"
+    assert deploy._parser().parse_args(["--exporter", "torchscript"]).exporter == "torchscript"
+    with pytest.raises(SystemExit):
+        deploy._parser().parse_args(["--exporter", "jit"])
 
 
 def test_not_runnable_names_each_system_with_why_and_how():

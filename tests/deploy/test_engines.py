@@ -1,5 +1,6 @@
-"""helpers.deploy.engines: engine names and hints, export (static and dynamic batch, a clear failure), each engine's
-runner and devices, agreement, and the message for a missing engine."""
+"""helpers.deploy.engines: engine names and hints, export with either exporter (dynamo, the default, and
+TorchScript; static and dynamic batch, a clear failure), each engine's runner and devices, agreement, and the
+message for a missing engine or onnxscript."""
 
 from __future__ import annotations
 
@@ -30,30 +31,92 @@ def test_parse_engines():
         engines.parse_engines(" , ")
 
 
-def test_dynamic_batch_export(tmp_path):
+@pytest.mark.parametrize("exporter", engines.EXPORTERS)
+def test_dynamic_batch_export(tmp_path, exporter):
+    import onnx
+
     spec = tiny_spec()
     x = served.fixed_batch(spec.input_shape, 2)
     path = tmp_path / "m.onnx"
-    engines.export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=True)
+    assert engines.export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=True, exporter=exporter) > 0
+    graph = onnx.load(str(path))
+    assert [d.dim_param or d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim] == ["batch", 3, 16, 16]
+    assert {o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")} == {engines.OPSET}
     run, precision = engines.onnxruntime_runner(path, "CPUExecutionProvider")
-    assert precision == "f32" and run(served.fixed_batch(spec.input_shape, 5)).shape == (5, 10)
+    five = served.fixed_batch(spec.input_shape, 5)
+    with torch.inference_mode():
+        expected = spec.model(torch.from_numpy(five)).numpy()
+    out = run(five)
+    assert precision == "f32" and out.shape == (5, 10) and np.abs(out - expected).max() < 1e-4
     static = tmp_path / "s.onnx"
-    engines.export_onnx(spec.model, torch.from_numpy(x), static)
+    engines.export_onnx(spec.model, torch.from_numpy(x), static, exporter=exporter)
     run, _ = engines.onnxruntime_runner(static, "CPUExecutionProvider")
     with pytest.raises(Exception, match="(?i)dimension"):
-        run(served.fixed_batch(spec.input_shape, 5))
+        run(five)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx", "s.onnx"]  # weights inside, no .data file
+
+
+def test_the_default_exporter_is_dynamo(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(torch.onnx, "export", lambda *args, **kwargs: calls.append(kwargs))
+    model, example = torch.nn.Linear(2, 2), torch.randn(1, 2)
+    engines.export_onnx(model, example, tmp_path / "a.onnx")
+    engines.export_onnx(model, example, tmp_path / "b.onnx", dynamic_batch=True)
+    engines.export_onnx(model, example, tmp_path / "c.onnx", dynamic_batch=True, exporter="torchscript", opset=17)
+    dynamo, dynamo_dyn, torchscript = calls
+    assert dynamo["dynamo"] is True and dynamo["dynamic_shapes"] is None and dynamo["opset_version"] == 20
+    assert dynamo["external_data"] is False and dynamo["input_names"] == ["images"] and "dynamic_axes" not in dynamo
+    assert dynamo_dyn["dynamic_shapes"] == ({0: "batch"},)
+    assert torchscript["dynamo"] is False and torchscript["opset_version"] == 17 and "dynamic_shapes" not in torchscript
+    assert torchscript["dynamic_axes"] == {"images": {0: "batch"}, "logits": {0: "batch"}}
+    with pytest.raises(engines.DeployError, match="Unknown exporter 'jit'; choose from dynamo, torchscript"):
+        engines.export_onnx(model, example, tmp_path / "d.onnx", exporter="jit")
+    assert len(calls) == 3
+
+
+def test_missing_onnxscript_says_what_to_install(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "onnxscript", None)  # makes `import onnxscript` fail
+    model, example = torch.nn.Linear(2, 2).eval(), torch.randn(1, 2)
+    with pytest.raises(engines.DeployError, match=r"needs onnxscript.*pip install onnxscript==0\.7\.2"):
+        engines.export_onnx(model, example, tmp_path / "m.onnx")
+    assert not (tmp_path / "m.onnx").exists()
+    engines.export_onnx(model, example, tmp_path / "m.onnx", exporter="torchscript")  # needs no onnxscript
+    assert (tmp_path / "m.onnx").stat().st_size > 0
+
+
+class SVD(torch.nn.Module):
+    def forward(self, x):
+        return torch.linalg.svd(x)[1]
+
+
+class FFT(torch.nn.Module):
+    def forward(self, x):
+        return torch.fft.fft(x).real
 
 
 def test_export_failure_names_the_operator(tmp_path):
-    class FFT(torch.nn.Module):
-        def forward(self, x):
-            return torch.fft.fft(x).real
-
+    with pytest.raises(engines.DeployError, match=r"\(dynamo exporter\): operator aten::_linalg_svd at opset 20 "
+                                                  r"\(no ONNX function for it.*torchscript \(dynamo=False\)"):
+        engines.export_onnx(SVD(), torch.randn(3, 3), tmp_path / "s.onnx")
     with pytest.raises(engines.DeployError, match="operator aten::fft_fft at opset 17"):
-        engines.export_onnx(FFT(), torch.randn(1, 4), tmp_path / "f.onnx")
-    pool = torch.nn.AdaptiveAvgPool2d(3)  # 4x4 -> 3x3: supported by PyTorch, not by the exporter
-    with pytest.raises(engines.DeployError, match="operator adaptive_avg_pool2d at opset 17"):
-        engines.export_onnx(pool, torch.randn(1, 1, 4, 4), tmp_path / "p.onnx")
+        engines.export_onnx(FFT(), torch.randn(1, 4), tmp_path / "f.onnx", exporter="torchscript", opset=17)
+    pool = torch.nn.AdaptiveAvgPool2d(3)  # 4x4 -> 3x3: supported by PyTorch, not by the TorchScript exporter
+    with pytest.raises(engines.DeployError, match=
+                       r"\(torchscript exporter\): operator adaptive_avg_pool2d at opset 20"):
+        engines.export_onnx(pool, torch.randn(1, 1, 4, 4), tmp_path / "p.onnx", exporter="torchscript")
+    engines.export_onnx(pool, torch.randn(1, 1, 4, 4), tmp_path / "p.onnx")  # ... but by the dynamo exporter
+    x = served.fixed_batch((1, 4, 4), 1)
+    run, _ = engines.onnxruntime_runner(tmp_path / "p.onnx", "CPUExecutionProvider")
+    assert np.abs(run(x) - pool(torch.from_numpy(x)).numpy()).max() < 1e-6
+
+
+def test_export_message_of_a_model_torch_export_cannot_capture(tmp_path):
+    class Branch(torch.nn.Module):
+        def forward(self, x):
+            return x * 2 if x.sum() > 0 else x  # a Python branch on a value
+
+    with pytest.raises(engines.DeployError, match="GuardOnDataDependentSymNode: Could not guard on data-dependent"):
+        engines.export_onnx(Branch(), torch.randn(3), tmp_path / "b.onnx")
 
 
 def test_missing_engine_says_how_to_install(monkeypatch):

@@ -36,6 +36,7 @@ def test_every_engine_agrees_with_eager():
         assert len(r.warmup) == 3 + r.extra["reruns"]  # a first call in every round measured, re-runs too
         assert r.throughput == pytest.approx(4 / np.median(r.latencies))
         assert r.export_s > 0 or r.engine == "eager"
+        assert r.extra["exporter"] == (None if r.engine == "eager" else "dynamo")  # torch.onnx.export's default
     table = rounds.results_table(found, baseline="eager")
     assert len(table) == 4 and table.rows[0][6] == pytest.approx(1.0) and table.column("verdict")[0] == "baseline"
     assert set(table.column("verdict")[1:]) == {"no measurable difference"}  # 3 rounds: too few for a verdict
@@ -43,13 +44,17 @@ def test_every_engine_agrees_with_eager():
     assert rounds.verdict(found, "onnxruntime").rounds == 3
     with pytest.raises(engines.DeployError):
         rounds.verdict(found, "tensorrt")
+    with pytest.raises(engines.DeployError, match="Unknown exporter 'jit'"):
+        rounds.compare(tiny_spec(), exporter="jit")
 
 
 def test_static_and_dynamic_exports_in_the_same_rounds():
     found = rounds.compare(tiny_spec(), batch=1, engines="onnxruntime", repeats=1, warmup=0, rounds=2,
-                           also_dynamic=True, progress=False)
+                           also_dynamic=True, progress=False, exporter="torchscript")
     assert [r.name for r in found] == ["onnxruntime", "onnxruntime (dynamic batch)"]
     assert [r.extra["dynamic_batch"] for r in found] == [False, True]
+    assert [r.extra["exporter"] for r in found] == ["torchscript", "torchscript"]
+    assert all(r.max_abs_diff < 1e-4 for r in found)
     assert all(len(r.latencies) == 2 for r in found) and found[0].rounds is found[1].rounds
 
 
