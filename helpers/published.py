@@ -39,10 +39,16 @@ def available() -> list[str]:
     return sorted(p.name[:-4] for p in _data_dir().iterdir() if p.name.endswith(".csv"))
 
 
+CHECKOUT_DATA = Path(__file__).resolve().parent.parent / "data" / "published"
+"""The same files in a checkout, for a checkout used without installing it (only on ``PYTHONPATH``)."""
+
+
 def _data_dir():
     try:
         return resources.files(DATA_PACKAGE)
     except ModuleNotFoundError:
+        if CHECKOUT_DATA.is_dir():   # a checkout on PYTHONPATH: the package mapping exists only after an install
+            return CHECKOUT_DATA
         raise FileNotFoundError(
             f"The published numbers ({DATA_PACKAGE}) are not installed with helpers. Reinstall the "
             "course package from its repository: `make setup` (or `pip install .`)."

@@ -92,3 +92,15 @@ def test_table_and_compare():
         published.compare(rows, "fashion_cnn_10ep", "time", "baseline_bs64", {"x": 1.0})
     with pytest.raises(KeyError):
         published.table(rows, "nothing")
+
+
+def test_a_checkout_on_pythonpath_reads_the_data_folder(monkeypatch, tmp_path):
+    def not_installed(name):
+        raise ModuleNotFoundError(name)
+
+    monkeypatch.setattr(published.resources, "files", not_installed)
+    assert published._data_dir() == published.CHECKOUT_DATA
+    assert published.load("book")   # the same rows, read from data/published
+    monkeypatch.setattr(published, "CHECKOUT_DATA", tmp_path / "absent")
+    with pytest.raises(FileNotFoundError, match="make setup"):
+        published._data_dir()
