@@ -78,6 +78,7 @@ ifeq ($(DEVICE),xpu)
 else
 	@"$(BIN)/python" -m pip check
 endif
+	@$(PYTHON) -m helpers.install environments --cache "$(CACHE)" --keep "$(VENV)" "$(IPEX_VENV)" || true
 
 # The IPEX environment: its own pins, the course package without dependencies (editable: it follows this clone).
 $(IPEX_VENV)/.installed:
@@ -185,5 +186,6 @@ tune: setup
 	@test -n "$(MODEL)" || { echo "usage: make tune MODEL=path/to/model.py:FUNC [BUDGET=seconds] [OUT=folder] [STEPS=planned steps]"; exit 2; }
 	"$(BIN)/python" -m helpers.tune --model "$(MODEL)" --budget $${BUDGET:-300} --planned-steps $${STEPS:-1000} --out $${OUT:-results/tune}
 
+# Every course environment in the cache (this clone's, older pins', the IPEX and XPU ones): about 8 GB each.
 clean-venv:
-	rm -rf "$(VENV)" "$(IPEX_VENV)"
+	@$(PYTHON) -m helpers.install environments --cache "$(CACHE)" --remove

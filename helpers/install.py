@@ -214,6 +214,24 @@ def ipex_commands(python: str, pins: Sequence[str], project: Path | str = ROOT) 
     return [pip + list(pins), pip + ["--no-deps", "-e", str(project)], [python, "-c", check]]
 
 
+def course_environments(cache: Path | str | None = None) -> list[Path]:
+    """Every course environment in ``cache``: the folders ``venv-*`` (default, IPEX, XPU; any pins)."""
+    folder = Path(cache or DEFAULT_CACHE)
+    return sorted(p for p in folder.glob("venv-*") if p.is_dir()) if folder.is_dir() else []
+
+
+def folder_size(path: Path | str) -> int:
+    """Bytes of the files under ``path`` (links not followed)."""
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
 # ----------------------------------------------------------------------------------------
 # The pins on other platforms
 # ----------------------------------------------------------------------------------------
@@ -275,6 +293,10 @@ def _parser() -> argparse.ArgumentParser:
     ipex.add_argument("--project", default=str(ROOT))
     ipex.add_argument("--dry-run", action="store_true")
     sub.add_parser("platforms", help="resolve the default pins for Linux x86-64/aarch64, macOS arm64, Windows")
+    envs = sub.add_parser("environments", help="list the course environments in the cache, or remove them")
+    envs.add_argument("--cache", default=None)
+    envs.add_argument("--keep", nargs="*", default=[], help="folders that are in use (listed as such)")
+    envs.add_argument("--remove", action="store_true", help="remove every course environment and say how much it freed")
     return p
 
 
@@ -291,6 +313,23 @@ def main(argv: Sequence[str] | None = None) -> int:
             print("+", shlex.join(cmd), flush=True)
             if not args.dry_run:
                 subprocess.run(cmd, check=True)
+        return 0
+    if args.command == "environments":
+        import shutil  # noqa: PLC0415
+
+        keep = {Path(k).resolve() for k in args.keep}
+        found = course_environments(args.cache)
+        if args.remove:
+            freed = 0
+            for env in found:
+                freed += folder_size(env)
+                shutil.rmtree(env, ignore_errors=True)
+            print(f"removed {len(found)} course environment(s), {freed / 1e9:.1f} GB freed")
+            return 0
+        older = [e for e in found if e.resolve() not in keep]
+        if older:
+            print(f"{len(older)} other course environment(s) in {Path(args.cache or DEFAULT_CACHE)} "
+                  f"(older pins; `make clean-venv` removes every one): " + ", ".join(e.name for e in older))
         return 0
     if args.command == "platforms":
         failed = {}

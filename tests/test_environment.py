@@ -129,7 +129,8 @@ def test_make_setup_device_xpu_uses_its_own_venv_and_the_install_plan(tmp_path):
     assert '.[test]' not in xpu.stdout and "-m pip check" not in xpu.stdout
     default = _make_n(tmp_path)
     assert default.returncode == 0 and "-m pip install --quiet -e \".[test]\"" in default.stdout
-    assert "helpers.install" not in default.stdout and "venv-xpu-" not in default.stdout
+    assert "helpers.install setup" not in default.stdout and "venv-xpu-" not in default.stdout
+    assert "helpers.install environments" in default.stdout   # setup names older environments it finds
     key = re.search(r"venv-xpu-([0-9a-f]{12})", xpu.stdout).group(1)
     assert f"{tmp_path}/venv-{key}" in default.stdout  # same pins, different environment
     wrong = _make_n(tmp_path, "DEVICE=rocm")

@@ -173,3 +173,20 @@ def test_platform_check_resolves_every_platform_and_reports_failures(monkeypatch
     assert (tmp_path / "course-requirements.txt").read_text().splitlines() == install.course_requirements()
     monkeypatch.setattr(install, "check_platforms", lambda: got)
     assert install.main(["platforms"]) == 1
+
+
+def test_course_environments_are_listed_and_removed_with_their_size(tmp_path, capsys):
+    for name in ("venv-aaa", "venv-ipex-bbb", "venv-xpu-ccc"):
+        (tmp_path / name / "lib").mkdir(parents=True)
+        (tmp_path / name / "lib" / "x.so").write_bytes(b"0" * 1000)
+    (tmp_path / "not-an-env").mkdir()
+    found = install.course_environments(tmp_path)
+    assert [p.name for p in found] == ["venv-aaa", "venv-ipex-bbb", "venv-xpu-ccc"]
+    assert install.folder_size(tmp_path / "venv-aaa") == 1000
+    assert install.course_environments(tmp_path / "absent") == []
+    assert install.main(["environments", "--cache", str(tmp_path), "--keep", str(tmp_path / "venv-aaa")]) == 0
+    out = capsys.readouterr().out
+    assert "2 other course environment(s)" in out and "venv-ipex-bbb, venv-xpu-ccc" in out and "venv-aaa," not in out
+    assert install.main(["environments", "--cache", str(tmp_path), "--remove"]) == 0
+    assert "removed 3 course environment(s)" in capsys.readouterr().out
+    assert install.course_environments(tmp_path) == [] and (tmp_path / "not-an-env").is_dir()
