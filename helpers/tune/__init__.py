@@ -2,11 +2,14 @@
 
 * ``levers``: which levers apply to this model and device, and why the others are skipped;
 * ``sessions``: how trials run, each in a ``helpers.tune.trial`` child process with a hard timeout;
-* ``search``: runs the trials within a budget, combines the winners and confirms the front-runner
-  in interleaved rounds (``python -m helpers.tune`` runs it);
+* ``search``: runs the trials within a budget and combines the winners (``python -m helpers.tune``
+  runs it);
+* ``confirm``: measures every lever that was 2% faster in the search, and the combination, again in
+  interleaved rounds, and recommends only what they call "faster" (a bigger batch: a hint);
 * ``trial``: one trial's child process, ``python -m helpers.tune.trial`` (loads the model file,
   applies the levers, times the steps);
-* ``report``: what the search shows and writes (table, figure, explanations, result rows).
+* ``advice``: what the tuner tells the reader (the confirmation, the recommendation, hints, a line per trial);
+* ``report``: what the search shows and writes (table, figure, summary, result rows, tune.json).
 
 Nothing is imported here, so a trial's child process starts without loading the search.
 """

@@ -1,7 +1,11 @@
 """Which levers the tuner tries on this machine and this model: threads and OpenMP binding, channels-last,
-fused/foreach optimizers, autocast dtypes the device supports, bigger batches, IPEX, torch.compile modes --
-each with the reason when one is skipped -- and the environment a trial's child process gets for its
-thread levers.
+fused/foreach optimizers, autocast dtypes the device supports, bigger batches, torch.compile modes --
+each with the reason when one is skipped -- which of them change the training itself (the batch size),
+and the environment a trial's child process gets for its thread levers.
+
+There is no IPEX lever: Intel Extension for PyTorch is retired, and its last release needs torch 2.8,
+while the course's environment runs current PyTorch; chapter 04 compares it with PyTorch's own
+replacements in an environment of its own.
 """
 
 from __future__ import annotations
@@ -15,8 +19,19 @@ from .. import devices, system
 from .trial import TuneError, Workload
 
 
-KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "ipex", "compile")
+KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "compile")
+CHANGES_TRAINING: tuple[str, ...] = ("batch",)
+"""Lever kinds that change the training itself, not only its speed: a k-times batch takes k times fewer
+optimizer steps and changes the optimisation. The tuner reports them as throughput hints, never as the
+recommendation."""
+RETIRED = {"ipex": "IPEX is retired and needs torch 2.8, while this environment runs current PyTorch "
+                   "(chapter 04 compares it with PyTorch's upstream replacements in an environment of its own)"}
 DEFAULT_COMPILE_S = {"cpu": 45.0, "cuda": 60.0}
+
+
+def changes_training(levers: dict[str, Any]) -> bool:
+    """True when ``levers`` hold a lever that changes the training itself (see ``CHANGES_TRAINING``)."""
+    return any(kind in levers for kind in CHANGES_TRAINING)
 
 
 def label(levers: dict[str, Any]) -> str:
@@ -30,7 +45,7 @@ def label(levers: dict[str, Any]) -> str:
         value = levers[kind]
         parts.append({"threads": f"threads={value}", "omp": f"omp:{value}", "channels_last": "channels_last",
                       "optimizer": f"opt:{value}", "autocast": str(value),
-                      "batch": f"batch x{value}", "ipex": "ipex", "compile": f"compile:{value}"}[kind])
+                      "batch": f"batch x{value}", "compile": f"compile:{value}"}[kind])
     return " + ".join(parts)
 
 
@@ -41,6 +56,9 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
     Returns ``(candidates, skipped)``: candidates are lever dicts, cheapest first (compilation
     last); skipped entries are ``{"levers", "label", "reason"}``.
     """
+    retired = sorted(set(kinds or ()) & set(RETIRED))
+    if retired:
+        raise TuneError(f"no {retired[0]!r} lever: {RETIRED[retired[0]]}; choose from {', '.join(KINDS)}")
     unknown = set(kinds or ()) - set(KINDS)
     if unknown:
         raise TuneError(f"unknown lever kind(s) {sorted(unknown)}; choose from {', '.join(KINDS)}")
@@ -85,23 +103,9 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
     if "batch" in wanted:
         if work.batch_size >= 1 and work.input_dims >= 1:
             cands += [{"batch": 2}, {"batch": 4}]
-    if "ipex" in wanted:
-        _plan_ipex(device, cands, skip)
     if "compile" in wanted:
         _plan_compile(device, cands, skip)
     return cands, skipped
-
-
-def _plan_ipex(device: torch.device, cands: list[dict[str, Any]], skip: Callable[..., None]) -> None:
-    from .. import ipex_support  # noqa: PLC0415  (reads package metadata only)
-
-    status = ipex_support.status()
-    if device.type != "cpu":
-        skip({"ipex": True}, f"the course uses IPEX on the CPU; on {device.type} use torch.compile instead")
-    elif not status["compatible"]:
-        skip({"ipex": True}, str(status["message"]))
-    else:
-        cands.append({"ipex": True})
 
 
 def _plan_compile(device: torch.device, cands: list[dict[str, Any]], skip: Callable[..., None]) -> None:

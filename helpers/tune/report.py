@@ -1,5 +1,6 @@
-"""What ``helpers.tune`` shows and writes: the trial table, the figure, the lines to apply the
-winner, result rows (``helpers.results``) and ``DIR/tune.json``."""
+"""What ``helpers.tune`` shows and writes: the trial table, the figure, the summary (the sentences of
+``helpers.tune.advice`` with the lines that apply the recommendation), result rows (``helpers.results``),
+``DIR/tune.json``, and the measured trials projected to another run length."""
 
 from __future__ import annotations
 
@@ -12,38 +13,9 @@ from typing import Any
 from .. import results, system
 from ..files import atomic_write_text
 from ..tables import Table
-
-# Why a search sends nothing to confirmation (search.py stores it; confirmation_line prints it).
-NO_CANDIDATE_REASON = "no lever saved more time than the spread of its own or the baseline's trial in the search"
-
-
-def short_name(report: dict[str, Any]) -> str:
-    """The model as ``file.py:FUNC`` without its folder (no machine paths in tables)."""
-    return str(report["model"]).replace("\\", "/").rsplit("/", 1)[-1]
-
-
-def busy_note(report: dict[str, Any]) -> str:
-    """A warning when other processes took CPU time during the confirmation rounds ('' otherwise)."""
-    conf = report["best"].get("confirmed") or {}
-    if not conf.get("reruns"):
-        return ""
-    return (f"Note: {conf['reruns']} confirmation round(s) were measured again because other processes took "
-            "CPU time while they ran; on a quiet machine the verdict is more often decisive.")
-
-
-def confirmation_line(report: dict[str, Any]) -> str:
-    """One sentence: what the interleaved confirmation found, or why there was none."""
-    best = report["best"]
-    conf = best.get("confirmed") or {}
-    if conf.get("word") in (None, "no candidate"):
-        return NO_CANDIDATE_REASON[0].upper() + NO_CANDIDATE_REASON[1:] + ": nothing to confirm."
-    if conf.get("word") == "not confirmed":
-        return f"Not confirmed: {conf.get('reason', '')}"
-    name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")
-    interval = (f"no interval: {conf['reason']}" if conf.get("reason")
-                else f"95% interval {conf['low']:.2f}-{conf['high']:.2f}")
-    return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a fresh process-held "
-            f"model: {conf['ratio']:.2f}x ({interval}): {conf['word']}.")
+from .advice import (BATCH_NOTE, NO_CANDIDATE_REASON, break_even_steps, busy_note,  # noqa: F401  (chapter 13, tests)
+                     confirmation_line, confirmation_ran, confirmation_table, explain, hint_lines,
+                     recommendation_line, short_name)
 
 
 def table(report: dict[str, Any]) -> Table:
@@ -121,10 +93,6 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
         code.append(f"optimizer = torch.optim.{optimizer}(model.parameters(), ..., {levers['optimizer']}=True)"
                     "  # your settings, plus this flag")
     dtype = {"bf16": "torch.bfloat16", "fp16": "torch.float16"}.get(levers.get("autocast", ""))
-    if levers.get("ipex"):
-        code += ["import intel_extension_for_pytorch as ipex",
-                 "model, optimizer = ipex.optimize(model, optimizer=optimizer"
-                 + (", dtype=torch.bfloat16)" if levers.get("autocast") == "bf16" else ")")]
     if levers.get("compile"):
         mode = levers["compile"]
         code.append("model = torch.compile(model" + ("" if mode == "default" else f', mode="{mode}"') + ")")
@@ -139,7 +107,7 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
 
 
 def summary(report: dict[str, Any]) -> str:
-    """The table, the confirmation, and the recommendation with the lines to apply it, as text."""
+    """The trial table, the confirmation, and the recommendation with the lines to apply it, as text."""
     best = report["best"]
     lines = [str(table(report)), ""]
     for s in report["skipped"]:
@@ -147,21 +115,17 @@ def summary(report: dict[str, Any]) -> str:
     by_budget = sum(str(s["reason"]).startswith("budget") for s in report["skipped"])
     if by_budget:
         lines.append(f"{by_budget} lever setting(s) skipped for lack of budget: give --budget more seconds to try them.")
+    conf = report.get("confirmation") or {}
+    if conf.get("arms") or conf.get("left_out"):
+        lines += ["", str(confirmation_table(report))]
     lines.append("")
     lines.append(confirmation_line(report))
     if busy_note(report):
         lines.append(busy_note(report))
+    lines.append(recommendation_line(report))
+    lines += hint_lines(report)
     if not best["levers"]:
-        cand = best.get("unconfirmed")
-        lines.append("Recommendation: keep PyTorch's defaults on this machine."
-                     + (f" The search's front-runner, {cand['label']} ({cand['search_speedup']:.2f}x in the search), "
-                        "is unconfirmed: not recommended." if cand else ""))
         return "\n".join(lines)
-    lines.append(f"Recommendation: {best['label']}, {best['speedup']:.2f}x faster than the baseline over "
-                 f"{report['planned_steps']} planned steps (confirmed; warm-up and compile included).")
-    trial = next((t for t in report["trials"] if t["label"] == best["label"]), {})
-    if trial.get("guard", "").startswith("untested"):
-        lines.append(f"Accuracy guard: {trial['guard']}.")
     how = apply_lines(best["levers"], report["device"], report.get("optimizer") or "Adam")
     if how["env"]:
         lines += ["\nenvironment (set before Python starts):", *("  export " + e for e in how["env"])]
@@ -214,81 +178,3 @@ def rescore(report: dict[str, Any], planned_steps: int) -> Table:
     for tr in sorted((x for x in report["trials"] if x["ok"]), key=total):
         t.add(tr["label"], total(tr), total(base) / total(tr))
     return t
-
-
-def break_even_steps(base: dict[str, Any], trial: dict[str, Any]) -> float | None:
-    """Planned steps (of the planned batch) after which ``trial`` beats ``base``; None if never.
-
-    0 when the trial is ahead from the start (no extra warm-up and faster steps).
-    """
-    if not (base.get("ok") and trial.get("ok")):
-        return None
-    # A trial with a k-times batch needs k times fewer steps: compare per step of the planned batch.
-    per_step = trial["step_ms"] / int(trial["levers"].get("batch", 1))
-    extra_warm = trial["warmup_s"] - base["warmup_s"]
-    saved_per_step = (base["step_ms"] / int(base["levers"].get("batch", 1)) - per_step) / 1000
-    if saved_per_step <= 0:
-        return None
-    return max(0.0, extra_warm / saved_per_step)
-
-
-def explain(report: dict[str, Any]) -> list[str]:
-    """Sentences about this run, each computed from its numbers. Reasons why a lever helps are
-    given only for a recommendation the confirmation found "faster"; single search trials are
-    described as what they are (one measurement each, unconfirmed)."""
-    base = report["baseline"]
-    best = report["best"]
-    planned = report["planned_steps"]
-    out = [confirmation_line(report)]
-    if best["levers"]:
-        out.append(f"Recommended: {best['label']}, {best['speedup']:.2f}x over {planned} planned steps (confirmed).")
-    else:
-        out.append("Recommended: PyTorch's defaults (nothing was confirmed faster on this machine).")
-    if busy_note(report):
-        out.append(busy_note(report))
-    won = set(best["levers"])
-    for t in report["trials"]:
-        if t["stage"] != "single":
-            continue
-        kind = next(iter(t["levers"]))
-        if not t["ok"]:
-            out.append(f"{t['label']} failed and was left out: {t['error'][:120]}")
-            continue
-        sp = t["speedup"] or 0.0
-        k = int(t["levers"].get("batch", 1))
-        step = (f"step {t['step_ms']:.3g} vs {base['step_ms']:.3g} ms" if k == 1 else
-                f"one step of {k}x the samples {t['step_ms']:.3g} ms vs {base['step_ms']:.3g} ms, {k}x fewer steps")
-        line = (f"{t['label']}: {sp:.2f}x in its one search trial ({step}, "
-                f"warm-up {t['warmup_s']:.1f} vs {base['warmup_s']:.1f} s)")
-        in_best = kind in won and best["levers"].get(kind) == t["levers"][kind]
-        alone = in_best and len(best["levers"]) == 1
-        line += ("; confirmed: it is the recommendation." if alone else
-                 "; part of the confirmed combination (its own share rests on this one search trial)." if in_best
-                 else "; not confirmed, so no conclusion.")
-        if kind == "compile":
-            be = break_even_steps(base, t)
-            line += (f" If its faster steps hold, it pays for its compile after about {be:,.0f} steps." if be is not None
-                     else " Its steady steps were not faster, so its compile time would never be paid back.")
-        elif kind == "batch":
-            line += f" Accuracy guard: {BATCH_NOTE}."
-        elif kind == "autocast" and alone:
-            line += _autocast_note(t, sp, report["device"])
-        out.append(line)
-    return out
-
-
-BATCH_NOTE = ("untested (the batch lever repeats your one batch, so its loss matches the baseline's by construction); "
-              "a bigger batch changes training dynamics: re-check the learning rate and accuracy")
-
-
-def _autocast_note(trial: dict[str, Any], speedup: float, device: str) -> str:
-    if not device.startswith("cpu"):
-        return (" (16-bit matrix units such as tensor cores do the heavy layers.)" if speedup >= 1.02 else
-                " (the model is too small, or launch-bound, for 16-bit arithmetic to matter.)")
-    flags = system.cpu_bf16_support()
-    if trial["levers"].get("autocast") == "bf16":
-        hw = ("this CPU has AMX" if flags.get("amx") else "this CPU has AVX512-BF16 but no AMX"
-              if flags.get("native_bf16") else "this CPU has no native bf16 instructions")
-        return f" ({hw}; half the bytes per value and bf16 arithmetic in hardware.)" if flags.get("native_bf16") or \
-        flags.get("amx") else f" ({hw}: a bf16 win here comes from moving half the bytes.)"
-    return ""

@@ -9,21 +9,25 @@ Method (the course's protocol): every trial is a fresh seeded model in a child p
 hard timeout; warm-up (and compilation) is timed apart from steady steps; the device is
 synchronized before each clock read; steady steps are timed in repeated blocks (median and
 spread). Each lever is first tried alone against the baseline; the winners (at least
-``MIN_GAIN`` faster, by more than the spread of either trial) are then combined greedily and
-each combination is measured again. The score is the projected time of the
-planned number of steps *including* warm-up and compilation, so a compile that does not pay
-for itself over the planned run loses. Accuracy guard: the loss after the warm-up steps must
+``MIN_GAIN`` faster in their one trial) are then combined greedily, each combination measured
+again, and an addition kept only when it is again ``MIN_GAIN`` faster. The score is the projected
+time of the planned number of steps *including* warm-up and compilation, so a compile that does not
+pay for itself over the planned run loses. Accuracy guard: the loss after the warm-up steps must
 stay within ``loss_tol`` (a fraction of the starting loss) of the baseline's. A failing trial is
 recorded with its error and the search goes on. No trial starts that the remaining budget
 cannot hold (time for the confirmation is kept back). The batch lever repeats the reader's one
 batch, so the guard cannot see what it does to accuracy: its trials say "guard: untested".
 
-Confirmation: the search's front-runner is only a candidate. The baseline and the candidate are
-then measured again in interleaved rounds, each in its own long-lived child process (the two
-take turns; every round a fresh model), and ``helpers.measure.verdict`` decides. The tuner
-recommends the candidate only when the verdict is "faster"; otherwise it says to keep PyTorch's
-defaults on this machine and names the candidate as unconfirmed. Output: ``DIR/tune.json``, ``DIR/rows.jsonl`` (helpers.results rows),
-``DIR/tune.png`` and a table, plus the lines to apply the winner (``helpers.tune.report``).
+Confirmation (``helpers.tune.confirm``): the search only nominates. Every winner and the kept
+combination (the best few the budget holds) are measured again against the baseline in
+interleaved rounds, each in its own long-lived child process (they take turns; every round a
+fresh model), and ``helpers.measure.verdict`` decides. The tuner recommends only a setting made
+of levers the combination kept that the rounds call "faster", the one with the fewest levers
+within noise; a bigger batch changes the training, so it is reported as a throughput hint, never
+recommended. When nothing is confirmed faster it says to keep PyTorch's defaults on this machine
+and names the front-runner as unconfirmed. Output: ``DIR/tune.json``, ``DIR/rows.jsonl``
+(helpers.results rows), ``DIR/tune.png`` and a table, plus the lines to apply the recommendation
+(``helpers.tune.report``).
 """
 
 from __future__ import annotations
@@ -34,18 +38,19 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
-from .. import children, devices, measure
+from .. import devices, measure
 from . import report as tune_report
-from .levers import DEFAULT_COMPILE_S, KINDS, label, plan_levers  # noqa: F401  (KINDS: chapter 13)
-from .sessions import ChildSession, Runner, RunnerSession, Session, SessionFactory, subprocess_runner
+from . import confirm as confirm_arms
+from .levers import DEFAULT_COMPILE_S, KINDS, changes_training, label, plan_levers  # noqa: F401  (KINDS: chapter 13)
+from .sessions import ChildSession, Runner, RunnerSession, SessionFactory, subprocess_runner
 from .trial import ModelSpecError, TuneError, load_workload
 
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
 MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
 BATCH_GUARD = ("untested: the batch lever repeats your one batch, so its loss equals the baseline's by "
@@ -103,23 +108,26 @@ class _Search:
 
     def kept(self, reserve: bool = True) -> float:
         """Seconds of the budget kept back from trials: a little for writing the report and, with
-        ``reserve``, enough for the confirmation rounds of a candidate as costly as the baseline."""
+        ``reserve``, enough for the fewest confirmation rounds that give a verdict to one setting as
+        costly as the baseline (more settings are confirmed when the search leaves more time)."""
         kept = REPORT_RESERVE_S
         if reserve and self.base_raw is not None and self.confirm_rounds:
-            kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * self.confirm_round_s(None)
+            kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * 2 * self.base_trial_s() + self.startup_s(2)
         return kept
 
     def left(self, reserve: bool = True) -> float:
         """Seconds of budget left for trials (what ``kept`` keeps back is not counted)."""
         return self.budget - self.kept(reserve) - (time.perf_counter() - self.start)
 
-    def confirm_round_s(self, candidate: dict[str, Any] | None) -> float:
-        """Seconds one confirmation round takes: the baseline's trial and the candidate's, in
-        processes already running (no start-up), compilation at most once per round."""
-        base = float(self.base_raw.get("child_s", self.base_wall)) if self.base_raw else 0.0
-        if candidate is None:
-            return 2 * base
-        return base + (candidate.get("child_s") or candidate.get("wall_s") or base)
+    def base_trial_s(self) -> float:
+        """Seconds the baseline's trial took in its child process (start-up not counted)."""
+        return float(self.base_raw.get("child_s") or self.base_wall) if self.base_raw else 0.0
+
+    def startup_s(self, processes: int) -> float:
+        """Seconds ``processes`` trial processes take to start side by side (as many at a time as there
+        are cores), from the baseline's: its wall time less the trial's own."""
+        one = max(0.0, self.base_wall - self.base_trial_s())
+        return one * math.ceil(processes / max(1, os.cpu_count() or 1))
 
     def estimate(self, levers: dict[str, Any]) -> float:
         """Seconds a trial will probably take, from what has been measured so far."""
@@ -128,8 +136,6 @@ class _Search:
             dev = self.request["device"].split(":")[0]
             per = self.compile_s if self.compile_s is not None else DEFAULT_COMPILE_S.get(dev, 60.0)
             est += per * (3 if levers["compile"] == "max-autotune" else 1)
-        if levers.get("ipex"):
-            est += 6.0
         return est
 
     def run(self, levers: dict[str, Any], stage: str) -> dict[str, Any] | None:
@@ -164,82 +170,83 @@ def _speedup(base: dict[str, Any], trial: dict[str, Any]) -> float:
 
 
 def is_winner(base: dict[str, Any], trial: dict[str, Any]) -> bool:
-    """A trial beats the baseline only when it is ``MIN_GAIN`` faster over the planned steps and the
-    time it saves is larger than the spread of either trial's timed blocks (else it is noise)."""
-    if not trial.get("ok") or trial is base or _speedup(base, trial) < 1 + MIN_GAIN:
-        return False
-    gain = base["total_s"] - trial["total_s"]
-    return gain > max(base.get("spread_total_s", 0.0), trial.get("spread_total_s", 0.0))
+    """A trial is a winner (it goes to the confirmation) when it was at least ``MIN_GAIN`` faster than
+    ``base`` over the planned steps in its search trial. Nothing else is asked of one trial: whether
+    the gain is real is for the interleaved confirmation rounds to say, not the spread of a few
+    timed blocks (that gate dropped channels-last, which interleaved rounds then found 1.23x faster)."""
+    return bool(trial.get("ok")) and trial is not base and _speedup(base, trial) >= 1 + MIN_GAIN
 
 
-def _combine(search: _Search, singles: list[dict[str, Any]]) -> None:
-    """Greedy: start from the best single lever, add the next winners one by one, keep what helps."""
+def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Greedy: start from the best single lever, add the next winners (best per kind) one by one, keep
+    an addition only when the combination is at least ``MIN_GAIN`` faster than without it. Levers that
+    change the training (the batch size) stay out: they are hints, never part of a recommendation.
+    Returns the kept combination's trial (a single lever when nothing was added), None without winners."""
     base = search.trials[0]
     best_per_kind: dict[str, dict[str, Any]] = {}
     for t in singles:
         kind = next(iter(t["levers"]))
-        if is_winner(base, t) and (kind not in best_per_kind or t["total_s"] < best_per_kind[kind]["total_s"]):
+        if changes_training(t["levers"]) or not is_winner(base, t):
+            continue
+        if kind not in best_per_kind or t["total_s"] < best_per_kind[kind]["total_s"]:
             best_per_kind[kind] = t
     winners = sorted(best_per_kind.values(), key=lambda t: t["total_s"])
-    if len(winners) < 2:
-        return
+    if not winners:
+        return None
     current = winners[0]
     for w in winners[1:]:
         trial = search.run({**current["levers"], **w["levers"]}, "combined")
         if trial is not None and is_winner(current, trial):
             current = trial
+    return current
 
 
-def confirm(search: _Search, candidate: dict[str, Any], session_factory: SessionFactory | None,
-            rounds: int) -> dict[str, Any]:
-    """Re-measure the baseline and ``candidate`` in interleaved rounds in two long-lived processes.
+def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any] | None,
+            session_factory: SessionFactory | None, rounds: int) -> dict[str, Any]:
+    """Measure the best few ``winners`` again against the baseline in interleaved rounds, each in a
+    long-lived process of its own (``helpers.tune.confirm``: which arms, the A/A arm, the verdicts).
 
     Every round each process trains a fresh seeded model (warm-up and compile included in its
-    projected total, as in the search). Returns ``{"ratio", "low", "high", "word", "rounds",
-    "reruns", "baseline_s", "candidate_s"}`` with the verdict of ``helpers.measure.verdict`` on the
-    projected totals, or ``{"word": "not confirmed", "reason": ...}`` when the budget or a child failed.
+    projected total, as in the search). Returns the confirmation record of
+    ``confirm.measure_arms`` plus ``"left_out"`` (arms the budget or ``MAX_ARMS`` kept out), or
+    ``{"word": "not confirmed", "rounds": 0, "reason": ...}`` when no arm could be measured.
     """
+    kept_levers = kept["levers"] if kept else None
+    arms = confirm_arms.order_arms(winners, kept_levers)
     if rounds < 1:
-        return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)"}
-    per_round = search.confirm_round_s(candidate)
-    affordable = int(search.left(reserve=False) // per_round) if per_round > 0 else rounds
-    needed = min(rounds, measure.MIN_ROUNDS)
-    if affordable < needed:
-        return {"word": "not confirmed", "rounds": 0,
-                "reason": f"the budget left room for {max(affordable, 0)} confirmation rounds; a verdict needs "
-                          f"{measure.MIN_ROUNDS} (about {per_round * measure.MIN_ROUNDS:.0f} s): give a larger budget"}
-    rounds = min(rounds, affordable)
-    requests = {"baseline": {**search.request, "levers": {}},
-                "candidate": {**search.request, "levers": candidate["levers"]}}
-    timeout = max(30.0, 3 * per_round)
-    factory = session_factory or ChildSession
-    steps = search.planned_steps
+        return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)",
+                "left_out": [{"label": a["label"], "levers": a["levers"], "reason": "confirmation turned off",
+                              "role": confirm_arms.role(a["levers"], kept_levers)} for a in arms]}
+    base_s = search.base_trial_s()
+    chosen, left_out, afford = confirm_arms.fit_arms(arms, base_s, search.left(reserve=False), rounds,
+                                                     startup=search.startup_s)
+    for x in left_out:
+        x["role"] = confirm_arms.role(x["levers"], kept_levers)
+    if not chosen:
+        first = confirm_arms.round_s(arms[:1], base_s)
+        return {"word": "not confirmed", "rounds": 0, "left_out": left_out,
+                "reason": f"the budget left room for {max(int(search.left(reserve=False) // first), 0)} confirmation "
+                          f"rounds; a verdict needs {measure.MIN_ROUNDS} (about {first * measure.MIN_ROUNDS:.0f} s): "
+                          "give a larger budget"}
+    per_round = confirm_arms.round_s(chosen, base_s)
+    steps, guard = search.planned_steps, search.request["guard_steps"]
 
-    def total(name: str, session: Session) -> Callable[[], float]:
-        def run() -> float:
-            raw = session.ask(name)
-            if not raw.get("ok"):
-                raise TuneError(f"confirmation: the {name} trial failed: {raw.get('error')}")
-            t = make_trial(requests[name]["levers"], raw, planned_steps=steps, guard_steps=search.request["guard_steps"],
-                           base_raw=None, loss_tol=search.loss_tol, stage="confirm", wall_s=0.0)
-            return float(t["total_s"])
-        return run
+    def total(levers: dict[str, Any], raw: dict[str, Any]) -> float:
+        t = make_trial(levers, raw, planned_steps=steps, guard_steps=guard, base_raw=None, loss_tol=search.loss_tol,
+                       stage="confirm", wall_s=0.0)
+        return float(t["total_s"])
 
-    search.bar.set_postfix_str(f"confirming {candidate['label']}")
-    try:
-        session = factory(requests, timeout)
-    except children.ChildError as exc:
-        return {"word": "not confirmed", "rounds": 0, "reason": f"the confirmation processes failed: {exc}"}
-    try:
-        got = measure.interleaved({n: total(n, session) for n in requests}, rounds, progress=False)
-    except (TuneError, children.ChildError) as exc:
-        return {"word": "not confirmed", "rounds": 0, "reason": str(exc)}
-    finally:
-        session.close()
-    v = got.verdict("candidate", "baseline")
-    return {"ratio": v.ratio, "low": v.low, "high": v.high, "word": v.word, "rounds": v.rounds,
-            "reruns": got.reruns, "reason": v.reason,
-            "baseline_s": got.samples["baseline"], "candidate_s": got.samples["candidate"]}
+    search.bar.set_postfix_str(f"confirming {len(chosen)} setting(s)")
+    if session_factory is None:
+        session_factory = ChildSession
+    # a disturbed comparison (its A/A arm got a verdict) is measured again only as often as the budget holds
+    passes = int((search.left(reserve=False) - search.startup_s(confirm_arms.processes(chosen))) // (afford * per_round))
+    record = confirm_arms.measure_arms(
+        chosen, search.request, rounds=afford, kept=kept_levers, factory=session_factory,
+        timeout=max(30.0, 3 * per_round), total=total,
+        attempts=None if passes >= measure.AA_ATTEMPTS else max(1, passes))
+    record["left_out"] = left_out
+    return record
 
 
 def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget: float = 300.0,
@@ -253,7 +260,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     With ``out``, writes ``out/tune.json``, ``out/rows.jsonl`` and ``out/tune.png``. ``kinds``
     limits the lever kinds (see ``KINDS``). ``runner`` replaces the child-process runner (tests).
     ``started`` is the ``time.perf_counter()`` the budget counts from (default: now).
-    ``confirm_rounds`` (default ``measure.ROUNDS``) interleaved rounds confirm the front-runner
+    ``confirm_rounds`` (default ``measure.ROUNDS``) interleaved rounds confirm the winners
     against the baseline; ``session_factory`` replaces their child processes (tests; by default a
     given ``runner`` is used for them too).
     Raises TuneError for a model spec, device or baseline the reader has to fix.
@@ -283,42 +290,30 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
         raise TuneError(f"the baseline (no levers) failed, so there is nothing to compare against: "
                         f"{base['error'] if base else 'no budget'}. Check that {model} trains as written.")
     singles = [t for t in (search.run(c, "single") for c in cands) if t is not None]
-    _combine(search, singles)
-    candidate = front_runner(search.trials)
-    confirmed = None
-    if candidate is not None:
+    kept = _combine(search, singles)
+    for t in search.trials:
+        t["speedup"] = _speedup(base, t) or None
+    winners = [t for t in singles if is_winner(base, t)] + ([kept] if kept is not None else [])
+    confirmation: dict[str, Any] = {"word": "no candidate", "rounds": 0, "arms": []}
+    if winners:
         if session_factory is None and runner is not None:
             session_factory = lambda reqs, timeout: RunnerSession(runner, reqs, timeout)  # noqa: E731
-        confirmed = confirm(search, candidate, session_factory, confirm_rounds)
+        confirmation = confirm(search, winners, kept, session_factory, confirm_rounds)
     search.bar.close()
-    report = _report(search, model, dev, planned_steps, budget, kinds, candidate, confirmed)
+    front = kept  # the search's front-runner among what may be recommended (None: nothing to recommend)
+    reason = confirm_arms.ONLY_HINTS_REASON if winners else confirm_arms.NO_WINNER_REASON
+    best = confirm_arms.recommend(confirmation, base["total_s"], front, reason)
+    report = _report(search, model, dev, planned_steps, budget, kinds, confirmation, best)
     if out is not None:
         tune_report.write_outputs(report, Path(out), chapter=chapter)
     return report
 
 
-def front_runner(trials: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The trial with the lowest projected total among those that beat the baseline (``is_winner``)."""
-    base = trials[0]
-    winners = [t for t in trials[1:] if is_winner(base, t)]
-    return min(winners, key=lambda t: t["total_s"]) if winners else None
-
-
 def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, budget: float,
-            kinds: Sequence[str] | None, candidate: dict[str, Any] | None,
-            confirmed: dict[str, Any] | None) -> dict[str, Any]:
+            kinds: Sequence[str] | None, confirmation: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
     base = search.trials[0]
     for t in search.trials:
         t["speedup"] = _speedup(base, t) or None
-    if candidate is not None and confirmed is not None and confirmed.get("word") == "faster":
-        best = {"label": candidate["label"], "levers": candidate["levers"], "speedup": confirmed["ratio"],
-                "total_s": base["total_s"] / confirmed["ratio"], "confirmed": confirmed}
-    else:
-        best = {"label": "baseline", "levers": {}, "speedup": 1.0, "total_s": base["total_s"],
-                "confirmed": confirmed or {"word": "no candidate", "rounds": 0,
-                                           "reason": tune_report.NO_CANDIDATE_REASON},
-                "unconfirmed": ({"label": candidate["label"], "levers": candidate["levers"],
-                                 "search_speedup": _speedup(base, candidate)} if candidate else None)}
     return {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
             "planned_steps": planned_steps, "budget_s": budget,
             "elapsed_s": round(time.perf_counter() - search.start, 1),
@@ -326,7 +321,8 @@ def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, 
             "kinds": list(kinds) if kinds else list(KINDS), "torch": torch.__version__,
             "optimizer": search.base_raw.get("optimizer") if search.base_raw else None,
             "logical_cores": os.cpu_count(),
-            "baseline": base, "trials": search.trials, "skipped": search.skipped, "best": best}
+            "baseline": base, "trials": search.trials, "skipped": search.skipped,
+            "confirmation": confirmation, "best": best}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

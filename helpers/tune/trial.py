@@ -15,8 +15,8 @@ one tensor of any shape (batch first) or a tuple of tensors passed as ``model(*i
 Levers (a dict; absent key = PyTorch's default): ``threads`` (int), ``omp`` (``gnu-bound`` or
 ``intel``, applied by the parent through environment variables), ``channels_last`` (bool),
 ``autocast`` (``bf16``/``fp16``; fp16 on CUDA uses a GradScaler), ``compile`` (a torch.compile
-mode), ``ipex`` (bool), ``optimizer`` (``foreach``/``fused``), ``batch`` (int factor: the batch
-repeated that many times, so gradients and loss stay those of the original batch).
+mode), ``optimizer`` (``foreach``/``fused``), ``batch`` (int factor: the batch repeated that many
+times, so gradients and loss stay those of the original batch).
 """
 
 from __future__ import annotations
@@ -196,10 +196,6 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
     if levers.get("optimizer"):
         opt = _rebuild_optimizer(opt, levers["optimizer"])
     dtype = AUTOCAST_DTYPES.get(levers.get("autocast", ""))
-    if levers.get("ipex"):
-        from .. import ipex_support  # noqa: PLC0415
-
-        model, opt = ipex_support.optimize(model, opt, dtype=torch.bfloat16 if dtype == torch.bfloat16 else None)
     step_model = model
     if levers.get("compile"):
         mode = levers["compile"]
