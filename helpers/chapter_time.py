@@ -1,4 +1,4 @@
-"""A chapter's compute minutes, measured from its last run, written into its opening's **Time:** sentence.
+"""A chapter's reading and compute minutes, computed from its last run, written into its opening's **Time:** sentence.
 
 Every chapter's first cell says how long its compute took at the workshop profile
 ("about 4 min of compute ... (3.3 min measured for the committed run ...; the optional parts
@@ -12,6 +12,10 @@ when the notebook was executed, never from a guess:
 * "about N min" is the rest (what a workshop that skips the optional parts waits), rounded up;
 * the rounds that other processes disturbed and that were measured again are counted from the
   outputs (each table's note says "N round(s) re-run"), so the sentence says how many there were.
+
+The reading minutes ("about N min reading") follow the course's reading-time rule: (markdown
+words + printed words) / 200 + non-blank code lines / 20, over the cells outside optional parts,
+a word being a token with at least two letters (``reading_minutes``).
 
 ``python -m helpers.chapter_time notebooks/05_*.ipynb`` rewrites the sentence after
 ``make execute NB=...``; ``--check`` only reports the chapters whose sentence is out of date.
@@ -38,6 +42,7 @@ _FLAG_WINDOW = 200  # characters at the top of a cell where the optional flag mu
 _ABOUT = re.compile(r"about \d+ min of compute")
 _MEASURED = re.compile(r"\(\d+(?:\.\d+)? min measured for the committed run")
 _OPTIONAL_PART = re.compile(r"the optional parts took \d+(?:\.\d+)? min of it")
+_READING = re.compile(r"about \d+ min reading")
 _RERUN_NOTE = re.compile(r"(\d+) round\(s\) re-run")
 _DISTURBED = re.compile(r"no round was disturbed|\d+ round\(s\) that other processes disturbed were measured again, "
                         r"as the tables' notes say")
@@ -53,6 +58,7 @@ class ChapterTime:
     optional_s: float
     timed_cells: int
     rerun_rounds: int = 0
+    reading_min: int = 0
 
     @property
     def disturbed(self) -> str:
@@ -86,6 +92,41 @@ def _output_text(output: dict[str, Any]) -> str:
     return ""
 
 
+def words(text: str) -> int:
+    """Words as the reading-time rule counts them: tokens with at least two letters."""
+    return sum(1 for token in text.split() if len(re.findall(r"[A-Za-z]", token)) >= 2)
+
+
+def _printed_words(cell: dict[str, Any]) -> int:
+    n = 0
+    for out in cell.get("outputs", []):
+        if out.get("output_type") == "stream":
+            n += words("".join(out.get("text", "")))
+        else:
+            data = out.get("data", {})
+            kind = next((k for k in ("text/markdown", "text/plain") if k in data), None)
+            n += words("".join(data[kind])) if kind else 0
+    return n
+
+
+def reading_minutes(notebook: dict[str, Any]) -> float:
+    """(markdown words + printed words) / 200 + non-blank code lines / 20, outside the optional parts."""
+    text_words = code_lines = 0
+    heading = ""
+    for cell in notebook.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            heading = source.split("\n", 1)[0]
+        if OPTIONAL_HEADING in heading or (cell.get("cell_type") == "code" and OPTIONAL_FLAG in source[:_FLAG_WINDOW]):
+            continue
+        if cell.get("cell_type") == "markdown":
+            text_words += words(source)
+        elif cell.get("cell_type") == "code":
+            code_lines += sum(1 for line in source.splitlines() if line.strip())
+            text_words += _printed_words(cell)
+    return text_words / 200 + code_lines / 20
+
+
 def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     """Sum the stored execution times of a notebook's code cells, the optional parts apart,
     and count the re-run rounds its outputs report.
@@ -114,7 +155,7 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     if not timed:
         raise ValueError("no code cell has execution times: execute the notebook first "
                          "(make execute NB=...), then run this again")
-    return ChapterTime(total, optional, timed, reruns)
+    return ChapterTime(total, optional, timed, reruns, math.floor(reading_minutes(notebook) + 0.5))
 
 
 def rewrite_sentence(text: str, time: ChapterTime) -> str:
@@ -130,6 +171,7 @@ def rewrite_sentence(text: str, time: ChapterTime) -> str:
     text = _ABOUT.sub(f"about {time.about_minutes} min of compute", text)
     text = _MEASURED.sub(f"({time.total_s / 60:.1f} min measured for the committed run", text)
     text = _DISTURBED.sub(time.disturbed, text)
+    text = _READING.sub(f"about {time.reading_min} min reading", text)
     return _OPTIONAL_PART.sub(f"the optional parts took {time.optional_s / 60:.1f} min of it", text)
 
 
@@ -164,7 +206,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         stale += changed
         state = ("out of date" if args.check else "updated") if changed else "up to date"
-        print(f"{name}: {time.total_s / 60:.1f} min measured, {time.optional_s / 60:.1f} optional, "
+        print(f"{name}: about {time.reading_min} min reading; {time.total_s / 60:.1f} min measured, "
+              f"{time.optional_s / 60:.1f} optional, "
               f"about {time.about_minutes} min, {time.disturbed} -- {state}")
     return 1 if args.check and stale else 0
 

@@ -73,7 +73,7 @@ def test_re_run_rounds_are_counted_once_per_output():
     assert t.disturbed.startswith("3 round(s) that other processes disturbed were measured again")
     assert ct.measure_notebook(notebook(quiet)).disturbed == "no round was disturbed"
     assert ct.rewrite_sentence(OPENING, t).endswith("as the tables' notes say).")
-    back = ct.rewrite_sentence(ct.rewrite_sentence(OPENING, t), ct.ChapterTime(462, 0, 1))  # 7.7 min: about 8
+    back = ct.rewrite_sentence(ct.rewrite_sentence(OPENING, t), ct.ChapterTime(462, 0, 1, reading_min=25))  # 7.7 min: about 8
     assert back == OPENING.replace("about 9 min", "about 8 min")
 
 
@@ -83,7 +83,7 @@ def test_a_notebook_never_executed_is_refused():
 
 
 def test_rewrite_sentence_replaces_the_numbers_only():
-    t = ct.ChapterTime(200.0, 0.0, 3)
+    t = ct.ChapterTime(200.0, 0.0, 3, reading_min=25)
     out = ct.rewrite_sentence(OPENING, t)
     assert "about 4 min of compute" in out and "(3.3 min measured for the committed run" in out
     assert out.replace("about 4 min", "about 9 min").replace("3.3 min", "7.7 min") == OPENING
@@ -95,6 +95,23 @@ def test_rewrite_sentence_replaces_the_numbers_only():
 def test_rewrite_sentence_needs_exactly_one_sentence(text):
     with pytest.raises(ValueError, match="once"):
         ct.rewrite_sentence(text, ct.ChapterTime(60.0, 0.0, 1))
+
+
+def test_reading_minutes_count_words_printed_words_and_code_lines_outside_optional_parts():
+    printed = code(1, "print('x')")
+    printed["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "two words 42 | --- a"},
+                          {"output_type": "display_data", "data": {"text/plain": "plain plain",
+                                                                   "text/markdown": "| three good words |"}}]
+    nb = notebook(md("lesson words here 1234"), printed, code(1, "a = 1\n\nb = 2\n"),
+                  md("## Extra (optional, 1 min)\nmany many many words"), code(1, "c = 3\nd = 4"),
+                  md("## Back"), code(1, "if RUN_OPTIONAL:\n    e = 5"))
+    opening_words = ct.words(OPENING)
+    # markdown: opening + 3 + 1 ("## Back": "Back" only); printed: 2 + 3 (markdown before plain); code: 1 + 2 lines
+    expected = (opening_words + 3 + 1 + 2 + 3) / 200 + 3 / 20
+    assert ct.reading_minutes(nb) == pytest.approx(expected)
+    assert ct.words("a 42 ok |---| x1") == 1 and ct.words("don't e.g. T4 x1y2") == 3
+    t = ct.measure_notebook(nb)
+    assert t.reading_min == round(expected) and "about 0 min reading" in ct.rewrite_sentence(OPENING, t)
 
 
 def test_update_rewrites_the_file_and_check_only_reports(tmp_path, capsys):
