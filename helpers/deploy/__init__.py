@@ -15,7 +15,9 @@ The package: ``engines`` (export and one runner per engine), ``served`` (the mod
 size, weights and fixed batch), ``rounds`` (the comparison in interleaved rounds, its verdict,
 table and rows); this module is the command line, and names the published systems the course
 cannot run. Engines are imported inside the functions that use them, so ``import helpers``
-stays light and a missing engine gives one message saying how to install it.
+stays light and a missing engine gives one message saying how to install it. By default the command
+compares every engine that imports here (``engines.available_engines``) and says in one line why any
+other is left out (OpenVINO has no wheel for Linux aarch64).
 
 Example: ``python -m helpers.deploy --model resnet18 --size 64x64 --batch 2``.
 """
@@ -26,13 +28,13 @@ import argparse
 from typing import Sequence
 
 from .. import measure, models, results, system
-from .engines import DEVICES, ENGINES, EXPORTERS, OPSET, PRECISIONS, DeployError, parse_engines
+from .engines import DEVICES, EXPORTERS, OPSET, PRECISIONS, DeployError, available_engines, parse_engines
 from .rounds import EngineResult, _targets, compare, results_table, to_rows, verdict
 from .served import BLOG_MODEL, ModelSpec, build_model, parse_size
 
 # What chapter 14 and the command use; the rest lives in the submodules.
-__all__ = ["NOT_RUNNABLE", "DeployError", "EngineResult", "ModelSpec", "build_model", "compare", "main",
-           "results_table", "to_rows", "verdict"]
+__all__ = ["NOT_RUNNABLE", "DeployError", "EngineResult", "ModelSpec", "available_engines", "build_model", "compare",
+           "main", "results_table", "to_rows", "verdict"]
 
 
 # Published systems this course does not run: why, and how to measure them there.
@@ -68,8 +70,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"'{BLOG_MODEL}' (the Arc blog's 384x224 setting, with a labelled stand-in model)")
     p.add_argument("--size", default=None, help="N or HxW (height first); default: the model's own size")
     p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--engines", default=",".join(ENGINES),
-                   help="comma list of eager, onnxruntime, openvino; a hint may follow, e.g. openvino:f32")
+    p.add_argument("--engines", default=None,
+                   help="comma list of eager, onnxruntime, openvino; a hint may follow, e.g. openvino:f32 "
+                        "(default: every engine that imports here)")
     p.add_argument("--device", default="auto", choices=DEVICES,
                    help="auto: CPU for every engine plus a GPU where the engine sees one")
     p.add_argument("--precision", default=None, choices=PRECISIONS,
@@ -90,15 +93,18 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> list[EngineResult]:
     args = _parser().parse_args(argv)
     size = parse_size(args.size) if args.size else None
-    _targets(parse_engines(args.engines), args.device)  # bad engine or device: one message before any work
+    engines, left_out = (args.engines, {}) if args.engines is not None else available_engines()
+    _targets(parse_engines(engines), args.device)  # bad engine or device: one message before any work
     spec = build_model(args.model, size=size, checkpoint=args.checkpoint)
     print(system.env_report())
+    for why in left_out.values():
+        print(f"{why}: left out of the default engines")
     exporter = ("torch.onnx.export(dynamo=True), the default since torch 2.9" if args.exporter == "dynamo" else
                 "torch.onnx.export(dynamo=False), the older TorchScript exporter")
     print(f"model: {spec.label} | input {args.batch}x{'x'.join(map(str, spec.input_shape))} | "
           f"{args.rounds} rounds of {args.warmup} warm-up + {args.repeats} timed calls | exporter: {exporter}, "
           f"opset {OPSET}")
-    found = compare(spec, batch=args.batch, engines=args.engines, device=args.device, precision=args.precision,
+    found = compare(spec, batch=args.batch, engines=engines, device=args.device, precision=args.precision,
                     repeats=args.repeats, warmup=args.warmup, workdir=args.keep, dynamic_batch=args.dynamic_batch,
                     rounds=args.rounds, progress=False, exporter=args.exporter)
     print(results_table(found))

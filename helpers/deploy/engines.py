@@ -4,7 +4,8 @@ OpenVINO -- each a function ``run(batch) -> outputs`` on a chosen device, with t
 runs in; ``agreement`` compares two engines' outputs.
 
 Engines are imported inside the functions that use them (``import_engine``), so ``import helpers``
-stays light and a missing engine gives one message saying how to install it.
+stays light and a missing engine gives one message saying how to install it; ``available_engines`` says
+which engines import here and why the others do not (OpenVINO has no wheel for Linux aarch64).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import contextlib
 import importlib
 import io
 import os
+import platform
 import re
 import sys
 import tempfile
@@ -39,6 +41,7 @@ OPSET = 20
 _PINS = {"onnx": "onnx==1.23.2", "onnxscript": "onnxscript==0.7.2", "onnxruntime": "onnxruntime==1.32.0",
          "openvino": "openvino==2026.4.1"}
 _NAMES = {"onnx": "ONNX", "onnxscript": "onnxscript", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
+_MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino"}  # the module each engine imports (eager: torch)
 
 
 class DeployError(RuntimeError):
@@ -67,14 +70,56 @@ def parse_engines(text: str | Sequence[str]) -> list[tuple[str, str | None]]:
 
 def import_engine(module: str) -> Any:
     """Import ``onnx``, ``onnxscript``, ``onnxruntime`` or ``openvino``; a missing one raises DeployError saying
-    how to install it."""
+    how to install it, or that this platform has no wheel for it."""
     try:
         return importlib.import_module(module)
     except ImportError:
+        label = _no_wheel_here(module)
+        if label:
+            raise DeployError(f"{_NAMES.get(module, module)} is not installed on this platform (no wheel for {label}, "
+                              f"so the course leaves it out here): use the engines that import here "
+                              f"({', '.join(available_engines()[0])}).") from None
         raise DeployError(
             f"{_NAMES.get(module, module)} is not installed in this environment. It is a pinned dependency of "
             f"the course: run `make setup`, or `pip install {_PINS.get(module, module)}` in this environment."
         ) from None
+
+
+def available_engines() -> tuple[list[str], dict[str, str]]:
+    """The engines of ``ENGINES`` that import here, in that order, and one line per other engine saying why
+    not, e.g. ``{"openvino": "OpenVINO: not installed on this platform (no wheel for Linux aarch64)"}``."""
+    here, missing = [], {}
+    for engine in ENGINES:
+        module = _MODULES.get(engine)
+        try:
+            if module:
+                importlib.import_module(module)
+            here.append(engine)
+        except ImportError as exc:
+            missing[engine] = f"{_NAMES[module]}: {_why_not(module, exc)}"
+    return here, missing
+
+
+def _why_not(module: str, exc: ImportError) -> str:
+    """Why ``module`` did not import: no wheel for this platform, not installed, or broken."""
+    label = _no_wheel_here(module)
+    if label:
+        return f"not installed on this platform (no wheel for {label})"
+    if isinstance(exc, ModuleNotFoundError) and exc.name == module:
+        return f"not installed in this environment (`make setup` installs {_PINS.get(module, module)})"
+    return f"installed but does not import ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
+
+
+def _no_wheel_here(module: str) -> str | None:
+    """This platform's name (e.g. 'Linux aarch64') where the environment marker of the course's pin of
+    ``module`` leaves it out (no wheel here), else None."""
+    from ..doctor.facts import left_out_pins
+    from ..doctor.platforms import platform_label
+
+    system, machine = platform.system(), platform.machine()
+    if module in left_out_pins(system, machine):
+        return platform_label({"system": system, "machine": machine})
+    return None
 
 
 def export_onnx(model: nn.Module, example: torch.Tensor, path: str | Path, *, dynamic_batch: bool = False,

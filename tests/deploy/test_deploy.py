@@ -1,5 +1,5 @@
-"""helpers.deploy (the command): rows written by the command line, the published systems it cannot run, and
-an import that stays light."""
+"""helpers.deploy (the command): rows written by the command line, its default engines where OpenVINO does not
+import, the published systems it cannot run, and an import that stays light."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 from helpers import results
 from helpers import deploy
+from helpers.deploy import engines
 
 
 def test_rows_and_cli(tmp_path, capsys):
@@ -30,6 +31,19 @@ def test_rows_and_cli(tmp_path, capsys):
     assert "reruns" in thr["eager"].extra
     assert thr["onnxruntime"].extra["exporter"] == "dynamo" and thr["eager"].extra["exporter"] is None
     assert len(found) == 2
+
+
+def test_cli_default_engines_leave_out_openvino_where_it_does_not_import(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "openvino", None)  # as on Linux aarch64, where it has no wheel
+    found = deploy.main(["--model", "book_cnn", "--batch", "2", "--repeats", "1", "--warmup", "0", "--rounds", "2",
+                         "--rows", str(tmp_path / "rows.jsonl"), "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert [r.name for r in found] == ["eager", "onnxruntime"]
+    said = [line for line in out.splitlines() if line.startswith("OpenVINO")]
+    assert said == [f"{engines.available_engines()[1]['openvino']}: left out of the default engines"]
+    with pytest.raises(deploy.DeployError, match="OpenVINO is not installed"):  # asked for by name: the clear error
+        deploy.main(["--model", "book_cnn", "--engines", "eager,openvino", "--rows", str(tmp_path / "x.jsonl")])
+    assert not (tmp_path / "x.jsonl").exists()
 
 
 def test_cli_exporter_choice():

@@ -1,6 +1,6 @@
 """helpers.deploy.engines: engine names and hints, export with either exporter (dynamo, the default, and
-TorchScript; static and dynamic batch, a clear failure), each engine's runner and devices, agreement, and the
-message for a missing engine or onnxscript."""
+TorchScript; static and dynamic batch, a clear failure), each engine's runner and devices, agreement, the
+message for a missing engine or onnxscript, and the engines that import here (OpenVINO has no Linux aarch64 wheel)."""
 
 from __future__ import annotations
 
@@ -127,17 +127,21 @@ def test_missing_engine_says_how_to_install(monkeypatch):
 
 def test_unsupported_device_is_named():
     import onnxruntime as ort
-    import openvino as ov
 
-    if not any(d.startswith("GPU") for d in ov.Core().available_devices):
-        with pytest.raises(engines.DeployError, match="OpenVINO sees no Intel GPU"):
-            engines.openvino_devices("gpu")
-    assert engines.openvino_devices("cpu") == ["CPU"] and engines.openvino_devices("auto")[0] == "CPU"
     if not set(engines.GPU_PROVIDERS) & set(ort.get_available_providers()):
         with pytest.raises(engines.DeployError, match="no GPU execution provider"):
             engines.onnxruntime_providers("gpu")
     with pytest.raises(engines.DeployError, match="Unknown --device"):
         rounds.compare(tiny_spec(), device="tpu")
+
+
+def test_openvino_devices():
+    ov = pytest.importorskip("openvino")  # no wheel for Linux aarch64: test_available_engines covers it there
+
+    if not any(d.startswith("GPU") for d in ov.Core().available_devices):
+        with pytest.raises(engines.DeployError, match="OpenVINO sees no Intel GPU"):
+            engines.openvino_devices("gpu")
+    assert engines.openvino_devices("cpu") == ["CPU"] and engines.openvino_devices("auto")[0] == "CPU"
 
 
 def test_agreement():
@@ -177,6 +181,7 @@ def test_eager_devices_and_runner(monkeypatch):
 
 
 def test_openvino_runner_reports_the_precision_it_uses(tmp_path):
+    pytest.importorskip("openvino")
     spec = tiny_spec()
     x = served.fixed_batch(spec.input_shape, 2)
     path = tmp_path / "m.onnx"
@@ -187,3 +192,25 @@ def test_openvino_runner_reports_the_precision_it_uses(tmp_path):
     assert precision == "f32" and np.abs(run(x) - expected).max() < 1e-4
     with pytest.raises(engines.DeployError, match="OpenVINO could not compile the model for NOSUCHDEVICE"):
         engines.openvino_runner(path, "NOSUCHDEVICE", None)
+
+
+def test_available_engines_without_openvino(monkeypatch):
+    here, missing = engines.available_engines()
+    assert here[:2] == ["eager", "onnxruntime"] and sorted(here + list(missing)) == sorted(engines.ENGINES)
+    monkeypatch.setitem(sys.modules, "openvino", None)  # makes `import openvino` fail, as where it is absent
+    here, missing = engines.available_engines()
+    assert here == ["eager", "onnxruntime"] and list(missing) == ["openvino"]
+    if not engines._no_wheel_here("openvino"):  # this platform has a wheel: not installed, or broken
+        assert missing["openvino"] == ("OpenVINO: not installed in this environment "
+                                       "(`make setup` installs openvino==2026.4.1)")
+        broken = ImportError("libopenvino.so.2026: cannot open shared object file\n(more)")
+        assert engines._why_not("openvino", broken) == (
+            "installed but does not import (ImportError: libopenvino.so.2026: cannot open shared object file (more))")
+    # where the pin's marker leaves it out, both the list and an explicit request say so
+    monkeypatch.setattr(engines.platform, "system", lambda: "Linux")
+    monkeypatch.setattr(engines.platform, "machine", lambda: "aarch64")
+    assert engines.available_engines()[1] == {
+        "openvino": "OpenVINO: not installed on this platform (no wheel for Linux aarch64)"}
+    with pytest.raises(engines.DeployError, match=r"^OpenVINO is not installed on this platform \(no wheel for Linux "
+                                                  r"aarch64.*: use the engines that import here \(eager, onnxruntime\)"):
+        engines.import_engine("openvino")
