@@ -292,7 +292,7 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
 
 
 def profile_ops(name: str, x: torch.Tensor, y: torch.Tensor, *, dataset: str = "cifar10", steps: int = 3,
-                warmup: int = 2, seed: int = 0) -> list[dict[str, Any]]:
+                warmup: int = 5, seed: int = 0) -> list[dict[str, Any]]:
     """Profile ``steps`` training steps (forward, loss, backward, update) of a fresh model of
     variant ``name``; returns one row per operator: ``key``, ``calls``, ``self_ms`` (summed over
     the profiled steps)."""
@@ -365,7 +365,7 @@ def _serve(args: argparse.Namespace) -> None:
         if request.get("profile"):
             x, y = batches[0]
             return {"ops": profile_ops(args.serve, x, y, dataset=args.dataset, steps=int(request.get("steps", 3)),
-                                       seed=args.seed)}
+                                       warmup=int(request.get("warmup", 5)), seed=args.seed)}
         if request.get("describe"):
             model = models.book_cnn(args.dataset).train()
             model, _, dtype, cl = prepare(args.serve, model, torch.optim.Adam(model.parameters()))
