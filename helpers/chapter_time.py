@@ -30,7 +30,7 @@ import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import nbformat
 
@@ -112,12 +112,8 @@ def _printed_words(cell: dict[str, Any]) -> int:
 def reading_minutes(notebook: dict[str, Any]) -> float:
     """(markdown words + printed words) / 200 + non-blank code lines / 20, outside the optional parts."""
     text_words = code_lines = 0
-    heading = ""
-    for cell in notebook.get("cells", []):
-        source = "".join(cell.get("source", ""))
-        if cell.get("cell_type") == "markdown":
-            heading = source.split("\n", 1)[0]
-        if OPTIONAL_HEADING in heading or (cell.get("cell_type") == "code" and OPTIONAL_FLAG in source[:_FLAG_WINDOW]):
+    for cell, source, optional in _walk(notebook):
+        if optional:
             continue
         if cell.get("cell_type") == "markdown":
             text_words += words(source)
@@ -125,6 +121,19 @@ def reading_minutes(notebook: dict[str, Any]) -> float:
             code_lines += sum(1 for line in source.splitlines() if line.strip())
             text_words += _printed_words(cell)
     return text_words / 200 + code_lines / 20
+
+
+def _walk(notebook: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, bool]]:
+    """Every cell with its source and whether it belongs to an optional part: a markdown cell whose first
+    line says "(optional", the code cells after it up to the next markdown cell, and a code cell that
+    names ``RUN_OPTIONAL`` near its top."""
+    heading = ""
+    for cell in notebook.get("cells", []):
+        source = "".join(cell.get("source", ""))
+        if cell.get("cell_type") == "markdown":
+            heading = source.split("\n", 1)[0]
+        flagged = cell.get("cell_type") == "code" and OPTIONAL_FLAG in source[:_FLAG_WINDOW]
+        yield cell, source, OPTIONAL_HEADING in heading or flagged
 
 
 def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
@@ -136,12 +145,7 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     """
     total = optional = 0.0
     timed = reruns = 0
-    heading = ""
-    for cell in notebook.get("cells", []):
-        source = "".join(cell.get("source", ""))
-        if cell.get("cell_type") == "markdown":
-            heading = source.split("\n", 1)[0]
-            continue
+    for cell, _, in_optional_part in _walk(notebook):
         if cell.get("cell_type") != "code":
             continue
         reruns += sum(int(n) for out in cell.get("outputs", []) for n in _RERUN_NOTE.findall(_output_text(out)))
@@ -150,7 +154,7 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
             continue
         timed += 1
         total += seconds
-        if OPTIONAL_HEADING in heading or OPTIONAL_FLAG in source[:_FLAG_WINDOW]:
+        if in_optional_part:
             optional += seconds
     if not timed:
         raise ValueError("no code cell has execution times: execute the notebook first "

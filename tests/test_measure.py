@@ -90,14 +90,7 @@ def test_interleaved_balances_predecessors_where_a_rotation_did_not():
 def test_a_disturbed_round_is_measured_again_in_its_own_order(monkeypatch):
     loads = iter([0.9, 0.0, 0.0])
 
-    class FakeMeter:
-        def start(self):
-            return self
-
-        def stop(self):
-            return measure.Interference(next(loads), 0.0, 1.0)
-
-    monkeypatch.setattr(measure, "CpuMeter", FakeMeter)
+    fake_meter(monkeypatch, loads)
     calls = []
     r = measure.interleaved({n: (lambda n=n: calls.append(n) or 1.0) for n in "ab"}, rounds=2, max_reruns=1,
                             progress=False)
@@ -155,9 +148,8 @@ def test_aa_arm_must_repeat_a_variant_of_the_comparison():
         measure.with_aa({"a": lambda: 1.0}, baseline="b")
 
 
-def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
-    loads = iter([0.9, 0.0, 0.9, 0.9, 0.0])  # cores taken by others in each measured round
-
+def fake_meter(monkeypatch, loads):
+    """Stand in for helpers.cpu_meter: each measured round reports the next of ``loads`` (cores taken by others)."""
     class FakeMeter:
         def start(self):
             return self
@@ -166,6 +158,12 @@ def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
             return measure.Interference(next(loads), 0.0, 1.0)
 
     monkeypatch.setattr(measure, "CpuMeter", FakeMeter)
+
+
+def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
+    loads = iter([0.9, 0.0, 0.9, 0.9, 0.0])  # cores taken by others in each measured round
+
+    fake_meter(monkeypatch, loads)
     r = measure.interleaved({"a": lambda: (1.0, {"acc": 50.0}), "b": lambda: 1.0}, rounds=3, max_reruns=2,
                             progress=False)
     assert r.reruns == 2 and r.disturbed == 1 and r.rounds == 3  # the budget ran out on the third disturbed one
