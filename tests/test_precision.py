@@ -1,3 +1,6 @@
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -34,9 +37,15 @@ def test_parse_dtype():
         precision.parse_dtype("int8")
 
 
+def test_pytorch_defaults_put_convolutions_but_not_matmuls_in_tf32():
+    # a fresh process: other tests in this one may have changed the process-wide settings
+    code = "from helpers import precision; print(precision.tf32_defaults())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str({"matmul": "none", "conv": "tf32"})
+
+
 def test_tf32_context_switches_both_and_restores():
     before = precision.tf32_defaults()
-    assert before == {"matmul": "none", "conv": "tf32"}   # PyTorch's defaults: convolutions already in TF32
     with precision.tf32(False):
         assert precision.tf32_defaults() == {"matmul": "ieee", "conv": "ieee"}
     with precision.tf32(True):
