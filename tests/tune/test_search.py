@@ -229,20 +229,26 @@ def test_a_batch_lever_is_never_recommended(model_file: Path, tmp_path: Path, fa
     assert "Recommendation: keep PyTorch's defaults on this machine." in tune_report.summary(report)
 
 
+def overriding(plain, label, change):
+    """A fake runner that answers like ``plain`` except for the setting ``label``: its n-th call (from 1)
+    gets the fields ``change(n)`` returns (none: unchanged)."""
+    calls = {"n": 0}
+
+    def runner(request, timeout):
+        raw = plain(request, timeout)
+        if tune.label(request["levers"]) == label:
+            calls["n"] += 1
+            raw = dict(raw, **change(calls["n"]))
+        return raw
+    return runner
+
+
 def test_a_lever_the_combination_did_not_keep_is_never_recommended(model_file: Path, fake_runner) -> None:
     """bf16 leads the search, opt:fused is second and adding it to bf16 gains nothing, so the combination
     keeps bf16 alone. In the confirmation bf16 turns out a fluke and opt:fused is faster: nothing is
     recommended (opt:fused was not kept), and bf16 is named as the unconfirmed front-runner."""
     plain = fake_runner({"baseline": 10.0, "bf16": 10.0, "opt:fused": 8.0, "opt:fused + bf16": 7.0})
-    seen = {"bf16": 0}
-
-    def runner(request, timeout):
-        raw = plain(request, timeout)
-        if tune.label(request["levers"]) == "bf16":
-            seen["bf16"] += 1
-            if seen["bf16"] == 1:
-                raw = dict(raw, step_ms=7.0, samples_ms=[7.0, 7.0, 7.0])
-        return raw
+    runner = overriding(plain, "bf16", lambda n: {"step_ms": 7.0, "samples_ms": [7.0, 7.0, 7.0]} if n == 1 else {})
 
     report = tune.tune(f"{model_file}:build", kinds=["autocast", "optimizer"], planned_steps=100, budget=60,
                        runner=runner, progress=False)
@@ -283,15 +289,8 @@ def test_fewer_levers_are_preferred_within_noise(model_file: Path, fake_runner) 
     """The combination opt:fused + bf16 was kept in the search (4% faster than bf16 alone), but in the
     confirmation it is not measurably faster than bf16 alone: the recommendation is bf16."""
     plain = fake_runner({"baseline": 10.0, "bf16": 8.0, "opt:fused": 9.0, "opt:fused + bf16": 7.5})
-    seen = {"n": 0}
-
-    def runner(request, timeout):
-        raw = plain(request, timeout)
-        if tune.label(request["levers"]) == "opt:fused + bf16":
-            seen["n"] += 1
-            if seen["n"] > 1:  # confirmation rounds: no better than bf16 alone
-                raw = dict(raw, step_ms=7.95)
-        return raw
+    # confirmation rounds (every call after the search's): no better than bf16 alone
+    runner = overriding(plain, "opt:fused + bf16", lambda n: {"step_ms": 7.95} if n > 1 else {})
 
     report = tune.tune(f"{model_file}:build", kinds=["autocast", "optimizer"], planned_steps=100, budget=60,
                        runner=runner, progress=False)
