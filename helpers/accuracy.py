@@ -124,12 +124,12 @@ def compare(baseline: Sequence[float], variant: Sequence[float], *, test_size: i
 
 
 def above_chance(accuracies: Sequence[float], classes: int, *, test_size: int) -> bool:
-    """Whether the mean accuracy (%) lies clearly above chance (100 / classes): by more than
-    ``Z`` test-set standard errors of chance and more than 5 points."""
+    """Whether the mean accuracy (%) lies clearly above chance (100 / classes): at least twice
+    chance (COURSE_SPEC) and more than ``Z`` test-set standard errors above it."""
     if classes < 2:
         raise ValueError("classes must be >= 2")
     if not accuracies:
         raise ValueError("above_chance needs at least one accuracy")
     chance = 100.0 / classes
     mean = statistics.fmean(float(a) for a in accuracies)
-    return mean > chance + max(5.0, Z * test_set_error(chance, test_size))
+    return mean >= 2 * chance and mean > chance + Z * test_set_error(chance, test_size)

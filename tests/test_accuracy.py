@@ -63,5 +63,7 @@ def test_test_set_error():
 def test_above_chance():
     assert accuracy.above_chance([60, 62, 58], classes=10, test_size=1000)
     assert not accuracy.above_chance([12.0, 13.6, 11.6], classes=10, test_size=1000)
+    assert not accuracy.above_chance([19, 19, 19], classes=10, test_size=1_000_000)  # not twice chance
+    assert not accuracy.above_chance([25, 25, 25], classes=10, test_size=10)  # twice chance, but within the noise of 10 images
     with pytest.raises(ValueError):
         accuracy.above_chance([], classes=10, test_size=1000)
