@@ -15,14 +15,20 @@ from matplotlib.figure import Figure
 from .measure import MIN_EFFECT, Result, Rounds, verdict
 
 
-def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: str = "",
-                 published: dict[str, float] | None = None) -> Figure:
+def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None, title: str = "",
+                 published: dict[str, float] | None = None, *, disturbed: bool = False) -> Figure:
     """Bar chart of speed-up (baseline/variant), published beside it.
 
+    ``results`` is a list of ``Result`` or the ``Rounds`` of ``helpers.measure.interleaved``.
     Results measured in the same interleaved rounds (as many samples as the baseline, paired by
     round) get the ratio and 95% interval of ``helpers.measure.verdict``; otherwise the bars show
     the ratio of medians with the min-max of the repeats, and the legend says they are unpaired.
+    When the A/A arm failed (``Rounds.aa_failed``, or ``disturbed=True`` for results gathered
+    elsewhere) the bars are hatched grey and the title says the run supports no verdict.
     """
+    if isinstance(results, Rounds):
+        disturbed = disturbed or results.aa_failed
+        results = [results.result(n) for n in results.names]
     if not results:
         raise ValueError("no results to plot")
     base = next((r for r in results if r.name == baseline), results[0])
@@ -40,11 +46,14 @@ def speedup_bars(results: Sequence[Result], baseline: str | None = None, title: 
         lo = [m - b / r.stats.maximum for m, r in zip(med, results)]
         hi = [b / r.stats.minimum - m for m, r in zip(med, results)]
         what = "yours (unpaired repeats: ratio of medians, min-max)"
+    if disturbed:
+        what += "; A/A failed: no verdict"
+        title = (title + "\n" if title else "") + "DISTURBED: the A/A arm differed from its baseline, no verdict"
     fig, ax = plt.subplots(figsize=(7, 3.5))
     x = range(len(results))
     width = 0.38 if published else 0.6
     ax.bar([i - (width / 2 if published else 0) for i in x], med, width, yerr=[lo, hi], capsize=4,
-           label=what)
+           label=what, **({"color": "lightgrey", "hatch": "//", "edgecolor": "grey"} if disturbed else {}))
     if published:
         ax.bar([i + width / 2 for i in x], [published.get(n, 0.0) for n in names], width,
                label="published", alpha=0.7)

@@ -22,6 +22,20 @@ def test_speedup_bars():
         plots.speedup_bars([])
 
 
+def test_speedup_bars_from_rounds_marks_a_failed_aa():
+    n = 8
+    r = Rounds(["a", "A/A: a again", "b"], {"a": [2.0] * n, "A/A: a again": [1.0] * n, "b": [1.0] * n},
+               {k: [{}] * n for k in ("a", "A/A: a again", "b")}, aa_failed=True)
+    ax = plots.speedup_bars(r).axes[0]
+    assert "DISTURBED" in ax.get_title()
+    assert "no verdict" in ax.get_legend().get_texts()[0].get_text()
+    assert ax.patches[0].get_hatch() == "//"
+    r.aa_failed = False
+    ok = plots.speedup_bars(r).axes[0]
+    assert "DISTURBED" not in ok.get_title() and ok.patches[0].get_hatch() is None
+    assert ok.patches[2].get_height() == pytest.approx(2.0)
+
+
 def _rounds(base, variant):
     n = len(base)
     return Rounds(["a", "b"], {"a": list(base), "b": list(variant)}, {"a": [{}] * n, "b": [{}] * n})
