@@ -44,6 +44,11 @@ DISTURBED = "disturbed: no conclusion from this run"
 """The word for every arm when the A/A arm (the baseline against itself) got a verdict."""
 AA_PREFIX = "A/A: "
 AA_ATTEMPTS = 3
+MIN_SAMPLE_STEPS = 20
+MIN_SAMPLE_SECONDS = 0.5
+"""A timed sample is long enough when it spans at least ``MIN_SAMPLE_STEPS`` steps or
+``MIN_SAMPLE_SECONDS`` seconds: the clock reads and synchronizations around it (microseconds) and
+the first step's start-up then weigh less than a few percent (``sample_long_enough``)."""
 """How many times ``interleaved`` measures a comparison with an A/A arm before it gives up (workshop and
 full sizes; once at the smoke size)."""
 
@@ -188,6 +193,14 @@ def williams_orders(n: int) -> list[list[int]]:
         low, high = (low + 1, high) if len(first) % 2 == 0 else (low, high - 1)
     rows = [[(a + r) % n for a in first] for r in range(n)]
     return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
+
+
+def sample_long_enough(steps: int, seconds: float) -> bool:
+    """The course's rule for one timed sample: at least ``MIN_SAMPLE_STEPS`` steps or ``MIN_SAMPLE_SECONDS``
+    seconds (workshop and full sizes keep to it; the smoke size is a test of the code, not a measurement)."""
+    if steps < 1 or seconds < 0:
+        raise ValueError("a timed sample has at least one step and a non-negative duration")
+    return steps >= MIN_SAMPLE_STEPS or seconds >= MIN_SAMPLE_SECONDS
 
 
 def aa_name(baseline: str) -> str:

@@ -188,3 +188,11 @@ def test_rounds_table_prints_whole_number_metrics_as_counts():
     rows = rounds.table("a", metrics=["steps", "acc"]).as_dicts()
     assert rows[0]["steps"] == 96 and isinstance(rows[0]["steps"], int)
     assert isinstance(rows[1]["acc"], float)   # 40.0 alone is whole, but 68.4 is not: the column stays decimal
+
+
+def test_sample_long_enough_rule():
+    from helpers.measure import sample_long_enough
+    assert sample_long_enough(20, 0.01) and sample_long_enough(2, 0.6)
+    assert not sample_long_enough(5, 0.1)
+    with pytest.raises(ValueError):
+        sample_long_enough(0, 1.0)
