@@ -19,6 +19,11 @@ a word being a token with at least two letters (``reading_minutes``).
 
 ``python -m helpers.chapter_time notebooks/05_*.ipynb`` rewrites the sentence after
 ``make execute NB=...``; ``--check`` only reports the chapters whose sentence is out of date.
+With ``--readme notebooks/README.md`` it also rewrites the teacher guide's chapter table (read and
+compute minutes) and its workshop plans from the chapters' sentences (``render_guide``): a plan is
+a ``<!-- plan: ... -->`` line of blocks ("01 training anatomy", "10+11 DDP on GPUs and several
+machines", "break=15") followed by its table; a chapter's block lasts its reading plus compute
+minutes, rounded up to 5.
 """
 
 from __future__ import annotations
@@ -196,12 +201,97 @@ def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]
     return time, new != old
 
 
+_STATED_READING = re.compile(r"about (\d+) min reading")
+_STATED_COMPUTE = re.compile(r"about (\d+) min of compute")
+_STATED_MEASURED = re.compile(r"\((\d+(?:\.\d+)?) min measured for the committed run")
+_STATED_OPTIONAL = re.compile(r"the optional parts took (\d+(?:\.\d+)?) min of it")
+_PLAN = re.compile(r"<!-- plan: (?P<spec>[^\n]*?) -->\n\n(?P<head>\| time \| block \|\n\|---\|---\|\n)(?P<rows>(?:\|[^\n]*\|\n)*)")
+_CHAPTER_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>[^|]*) \| (?P<compute>[^|]*) \|(?P<rest>.*)$",
+                          re.M)
+
+
+@dataclass(frozen=True)
+class StatedMinutes:
+    """What a chapter's **Time:** sentence states: reading minutes, compute minutes (without the optional
+    parts, rounded up), and the measured total and optional minutes of the committed run."""
+
+    reading: int
+    compute: int
+    measured: float
+    optional: float = 0.0
+
+    @property
+    def block(self) -> int:
+        """A workshop block for the chapter: reading plus compute minutes, rounded up to 5."""
+        return 5 * math.ceil((self.reading + self.compute) / 5)
+
+
+def stated_minutes(notebook: dict[str, Any]) -> StatedMinutes:
+    """The minutes a chapter's opening states (ValueError when its **Time:** sentence lacks them)."""
+    text = "".join(notebook["cells"][0]["source"]) if notebook.get("cells") else ""
+    found = [p.search(text) for p in (_STATED_READING, _STATED_COMPUTE, _STATED_MEASURED)]
+    if not all(found):
+        raise ValueError("the opening cell states no 'about N min reading ... about M min of compute "
+                         "(X min measured for the committed run'")
+    optional = _STATED_OPTIONAL.search(text)
+    return StatedMinutes(int(found[0].group(1)), int(found[1].group(1)), float(found[2].group(1)),
+                         float(optional.group(1)) if optional else 0.0)
+
+
+def _clock(minutes: int) -> str:
+    return f"{minutes // 60}:{minutes % 60:02d}"
+
+
+def plan_rows(spec: str, minutes: dict[str, StatedMinutes]) -> list[tuple[str, str]]:
+    """The rows (time span, block) of a workshop plan. ``spec`` lists blocks separated by ";": a fixed
+    block "label=MINUTES", or chapters "NN label" / "NN+MM label" lasting their ``block`` minutes."""
+    rows, now = [], 0
+    for item in (part.strip() for part in spec.split(";")):
+        if not item:
+            continue
+        fixed = re.fullmatch(r"(.+?)=(\d+)", item)
+        chapters = re.match(r"(\d\d(?:\+\d\d)*) (.+)", item)
+        if fixed:
+            label, length = fixed.group(1).strip(), int(fixed.group(2))
+        elif chapters:
+            numbers = chapters.group(1).split("+")
+            missing = [n for n in numbers if n not in minutes]
+            if missing:
+                raise ValueError(f"plan block {item!r}: no minutes for chapter(s) {', '.join(missing)}")
+            label = " and ".join(numbers) + " " + chapters.group(2)
+            length = 5 * math.ceil(sum(minutes[n].reading + minutes[n].compute for n in numbers) / 5)
+        else:
+            raise ValueError(f"plan block {item!r}: write 'label=MINUTES' or 'NN label'")
+        rows.append((f"{_clock(now)} - {_clock(now + length)}", label))
+        now += length
+    return rows
+
+
+def render_guide(text: str, minutes: dict[str, StatedMinutes]) -> str:
+    """The teacher guide ``text`` with its chapter table's read/compute columns and its plans' tables
+    rewritten from ``minutes`` (chapter number -> what its sentence states)."""
+    def row(m: re.Match) -> str:
+        got = minutes.get(m.group("nn"))
+        if got is None:
+            return m.group(0)
+        compute = f"{got.measured:.1f} (measured" + (f"; {got.optional:.1f} of it optional)" if got.optional else ")")
+        return f"| {m.group('nn')} |{m.group('mid')} {got.reading} | {compute} |{m.group('rest')}"
+
+    def plan(m: re.Match) -> str:
+        body = "".join(f"| {span} | {label} |\n" for span, label in plan_rows(m.group("spec"), minutes))
+        return f"<!-- plan: {m.group('spec')} -->\n\n{m.group('head')}{body}"
+
+    return _PLAN.sub(plan, _CHAPTER_ROW.sub(row, text))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.chapter_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="+", help="executed chapter notebooks")
     parser.add_argument("--check", action="store_true", help="only report sentences that are out of date")
+    parser.add_argument("--readme", type=Path, help="also rewrite this teacher guide's minutes and plans")
     args = parser.parse_args(argv)
     stale = 0
+    minutes: dict[str, StatedMinutes] = {}
     for name in args.notebooks:
         try:
             time, changed = update(name, check=args.check)
@@ -209,10 +299,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"error: {name}: {exc}", file=sys.stderr)
             return 2
         stale += changed
+        if Path(name).name[:2].isdigit() and Path(name).name[:2] != "00":
+            minutes[Path(name).name[:2]] = stated_minutes(nbformat.read(name, as_version=4)) if not args.check else \
+                StatedMinutes(time.reading_min, time.about_minutes, round(time.total_s / 60, 1), round(time.optional_s / 60, 1))
         state = ("out of date" if args.check else "updated") if changed else "up to date"
         print(f"{name}: about {time.reading_min} min reading; {time.total_s / 60:.1f} min measured, "
               f"{time.optional_s / 60:.1f} optional, "
               f"about {time.about_minutes} min, {time.disturbed} -- {state}")
+    if args.readme:
+        try:
+            old = args.readme.read_text()
+            new = render_guide(old, minutes)
+        except (OSError, ValueError) as exc:
+            print(f"error: {args.readme}: {exc}", file=sys.stderr)
+            return 2
+        guide_stale = new != old
+        if guide_stale and not args.check:
+            atomic_write_text(args.readme, new)
+        print(f"{args.readme}: " + (("out of date" if args.check else "updated") if guide_stale else "up to date"))
+        stale += guide_stale
     return 1 if args.check and stale else 0
 
 

@@ -138,3 +138,50 @@ def test_committed_chapters_state_the_time_their_run_took():
     assert len(chapters) == 14
     stale = [p.name for p in chapters if ct.update(p, check=True)[1]]
     assert not stale, f"re-measure with: python -m helpers.chapter_time notebooks/NN_*.ipynb ({stale})"
+
+
+GUIDE = """| # | chapter | after it | read min | compute min | hardware |
+|---|---|---|---|---|---|
+| 01 | [a](01_a.ipynb) | does a | 45 | 1.2 (measured) | CPU |
+| 02 | [b](02_b.ipynb) | does b | 47 | 4.8 (measured) | CPU |
+
+<!-- plan: welcome=20; 01 anatomy; break=15; 01+02 both -->
+
+| time | block |
+|---|---|
+| 0:00 - 0:20 | stale |
+"""
+
+
+def test_stated_minutes_read_the_sentence():
+    got = ct.stated_minutes(notebook(opening=OPENING + " the optional parts took 2.5 min of it"))
+    assert (got.reading, got.compute, got.measured, got.optional) == (25, 9, 7.7, 2.5)
+    assert got.block == 35  # 25 + 9 rounded up to 5
+    with pytest.raises(ValueError, match="states no"):
+        ct.stated_minutes(notebook(opening="**Time:** soon"))
+
+
+def test_render_guide_rewrites_minutes_and_plans():
+    minutes = {"01": ct.StatedMinutes(26, 2, 1.6), "02": ct.StatedMinutes(24, 5, 6.1, 1.5)}
+    out = ct.render_guide(GUIDE, minutes)
+    assert "| 01 | [a](01_a.ipynb) | does a | 26 | 1.6 (measured) | CPU |" in out
+    assert "| 02 | [b](02_b.ipynb) | does b | 24 | 6.1 (measured; 1.5 of it optional) | CPU |" in out
+    assert "| 0:00 - 0:20 | welcome |\n| 0:20 - 0:50 | 01 anatomy |\n| 0:50 - 1:05 | break |\n" \
+           "| 1:05 - 2:05 | 01 and 02 both |\n" in out
+    assert "stale" not in out
+    assert ct.render_guide(out, minutes) == out  # a second run changes nothing
+
+
+def test_plan_rows_refuse_unknown_chapters_and_bad_blocks():
+    with pytest.raises(ValueError, match="chapter"):
+        ct.plan_rows("03 compile", {})
+    with pytest.raises(ValueError, match="label=MINUTES"):
+        ct.plan_rows("just words", {})
+
+
+def test_committed_teacher_guide_follows_the_chapters():
+    chapters = sorted(ROOT.glob("notebooks/[01][0-9]_*.ipynb"))[1:]
+    minutes = {p.name[:2]: ct.stated_minutes(json.loads(p.read_text())) for p in chapters}
+    guide = (ROOT / "notebooks" / "README.md").read_text()
+    assert ct.render_guide(guide, minutes) == guide, (
+        "rewrite it: python -m helpers.chapter_time --readme notebooks/README.md notebooks/0[1-9]_*.ipynb notebooks/1?_*.ipynb")
