@@ -206,7 +206,8 @@ _STATED_COMPUTE = re.compile(r"about (\d+) min of compute")
 _STATED_MEASURED = re.compile(r"\((\d+(?:\.\d+)?) min measured for the committed run")
 _STATED_OPTIONAL = re.compile(r"the optional parts took (\d+(?:\.\d+)?) min of it")
 _PLAN = re.compile(r"<!-- plan: (?P<spec>[^\n]*?) -->\n\n(?P<head>\| time \| block \|\n\|---\|---\|\n)(?P<rows>(?:\|[^\n]*\|\n)*)")
-_CHAPTER_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>[^|]*) \| (?P<compute>[^|]*) \|(?P<rest>.*)$",
+_FRONT_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>\d+)\+(?P<compute>\d+) \|(?P<rest>.*)$", re.M)
+_CHAPTER_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>\d+) \| (?P<compute>[\d.]+ \(measured[^|]*) \|(?P<rest>.*)$",
                           re.M)
 
 
@@ -269,7 +270,8 @@ def plan_rows(spec: str, minutes: dict[str, StatedMinutes]) -> list[tuple[str, s
 
 def render_guide(text: str, minutes: dict[str, StatedMinutes]) -> str:
     """The teacher guide ``text`` with its chapter table's read/compute columns and its plans' tables
-    rewritten from ``minutes`` (chapter number -> what its sentence states)."""
+    rewritten from ``minutes`` (chapter number -> what its sentence states). A front page's chapter
+    table with one "READ+COMPUTE" minutes column is rewritten too."""
     def row(m: re.Match) -> str:
         got = minutes.get(m.group("nn"))
         if got is None:
@@ -281,14 +283,21 @@ def render_guide(text: str, minutes: dict[str, StatedMinutes]) -> str:
         body = "".join(f"| {span} | {label} |\n" for span, label in plan_rows(m.group("spec"), minutes))
         return f"<!-- plan: {m.group('spec')} -->\n\n{m.group('head')}{body}"
 
-    return _PLAN.sub(plan, _CHAPTER_ROW.sub(row, text))
+    def front(m: re.Match) -> str:
+        got = minutes.get(m.group("nn"))
+        if got is None:
+            return m.group(0)
+        return f"| {m.group('nn')} |{m.group('mid')} {got.reading}+{got.compute} |{m.group('rest')}"
+
+    return _PLAN.sub(plan, _CHAPTER_ROW.sub(row, _FRONT_ROW.sub(front, text)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m helpers.chapter_time", description=__doc__.split("\n\n")[0])
     parser.add_argument("notebooks", nargs="+", help="executed chapter notebooks")
     parser.add_argument("--check", action="store_true", help="only report sentences that are out of date")
-    parser.add_argument("--readme", type=Path, help="also rewrite this teacher guide's minutes and plans")
+    parser.add_argument("--readme", type=Path, action="append", default=[],
+                        help="also rewrite this guide's (or front page's) minutes and plans; may be repeated")
     args = parser.parse_args(argv)
     stale = 0
     minutes: dict[str, StatedMinutes] = {}
@@ -306,17 +315,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{name}: about {time.reading_min} min reading; {time.total_s / 60:.1f} min measured, "
               f"{time.optional_s / 60:.1f} optional, "
               f"about {time.about_minutes} min, {time.disturbed} -- {state}")
-    if args.readme:
+    for guide in args.readme:
         try:
-            old = args.readme.read_text()
+            old = guide.read_text()
             new = render_guide(old, minutes)
         except (OSError, ValueError) as exc:
-            print(f"error: {args.readme}: {exc}", file=sys.stderr)
+            print(f"error: {guide}: {exc}", file=sys.stderr)
             return 2
         guide_stale = new != old
         if guide_stale and not args.check:
-            atomic_write_text(args.readme, new)
-        print(f"{args.readme}: " + (("out of date" if args.check else "updated") if guide_stale else "up to date"))
+            atomic_write_text(guide, new)
+        print(f"{guide}: " + (("out of date" if args.check else "updated") if guide_stale else "up to date"))
         stale += guide_stale
     return 1 if args.check and stale else 0
 
