@@ -24,14 +24,15 @@ def quiet_kineto() -> Iterator[None]:
     """Keep Kineto's start-up noise out of the output while the block profiles.
 
     PyPI's CUDA build of torch makes Kineto log "gpuGetDeviceCount failed" on machines
-    without a GPU when profiling first starts; it is harmless. Kineto reads
+    without a GPU when profiling first starts, and torch 2.14's Kineto prints "USDT: ...
+    profiler_start/stop" lines below level 6; both are harmless. Kineto reads
     ``KINETO_LOG_LEVEL`` then, so it is set for the block (unless you set it yourself)
     and removed afterwards.
     """
     if "KINETO_LOG_LEVEL" in os.environ:
         yield
         return
-    os.environ["KINETO_LOG_LEVEL"] = "5"
+    os.environ["KINETO_LOG_LEVEL"] = "6"
     try:
         yield
     finally:

@@ -22,7 +22,7 @@ def test_quiet_kineto_is_scoped(monkeypatch):
 
     monkeypatch.delenv("KINETO_LOG_LEVEL", raising=False)
     with profiling.quiet_kineto():
-        assert os.environ["KINETO_LOG_LEVEL"] == "5"
+        assert os.environ["KINETO_LOG_LEVEL"] == "6"
     assert "KINETO_LOG_LEVEL" not in os.environ
     monkeypatch.setenv("KINETO_LOG_LEVEL", "2")  # the user's own choice wins and stays
     with profiling.quiet_kineto():
