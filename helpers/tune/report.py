@@ -18,8 +18,10 @@ from .advice import (BATCH_NOTE, NO_CANDIDATE_REASON, break_even_steps, busy_not
                      recommendation_line, short_name)
 
 
-def table(report: dict[str, Any]) -> Table:
-    """Every trial: levers, ok, step time (median, spread), warm-up, projected total, speed-up, loss check."""
+def table(report: dict[str, Any], *, with_confirmation: bool = True) -> Table:
+    """Every trial: levers, ok, step time (median, spread), warm-up, projected total, speed-up, loss check.
+    The note ends with the confirmation's line unless ``with_confirmation`` is False (``summary`` prints it
+    after the confirmation table instead)."""
     t = Table(["trial", "stage", "ok", "batch", "step (ms)", "spread (ms)", "warm-up (s)",
                f"total for {report['planned_steps']} steps (s)", "search speed-up (x)", "loss diff (% of start)", "error"],
               title=f"Tuning {short_name(report)} on {report['device']}")
@@ -28,8 +30,8 @@ def table(report: dict[str, Any]) -> Table:
               tr["spread_ms"], tr["warmup_s"], tr["total_s"], tr.get("speedup"),
               "untested" if str(tr.get("guard", "")).startswith("untested")
               else None if tr["loss_diff"] is None else 100 * tr["loss_diff"], tr["error"][:80])
-    t.note = ("search speed-up: one trial each, not a verdict; only the confirmation below decides. "
-              + confirmation_line(report))
+    t.note = ("search speed-up: one trial each, not a verdict; only the confirmation below decides."
+              + (" " + confirmation_line(report) if with_confirmation else ""))
     return t
 
 
@@ -109,7 +111,7 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
 def summary(report: dict[str, Any]) -> str:
     """The trial table, the confirmation, and the recommendation with the lines to apply it, as text."""
     best = report["best"]
-    lines = [str(table(report)), ""]
+    lines = [str(table(report, with_confirmation=False)), ""]
     for s in report["skipped"]:
         lines.append(f"skipped {s['label']}: {s['reason']}")
     by_budget = sum(str(s["reason"]).startswith("budget") for s in report["skipped"])

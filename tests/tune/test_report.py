@@ -38,6 +38,8 @@ def test_table_has_a_row_per_trial_and_marks_the_untested_guard(hand_report) -> 
     assert t.column("error")[2] == "RuntimeError: no fp16 kernel"
     assert t.column("total for 100 steps (s)")[:2] == pytest.approx([1.9, 1.45])
     assert t.note.startswith("search speed-up: one trial each, not a verdict") and "Confirmation: bf16" in t.note
+    assert "Confirmation" not in tune_report.table(hand_report(), with_confirmation=False).note
+    assert tune_report.summary(hand_report()).count(tune_report.confirmation_line(hand_report())) == 1
 
 
 def test_summary_recommends_the_confirmed_levers_with_the_lines_to_apply_them(hand_report) -> None:
