@@ -10,7 +10,10 @@ Two noises decide whether a difference in accuracy is real:
   with a standard error of sqrt(p (1 - p) / test_size). The seeds all meet the same test set,
   so their spread does not contain this part; it is added.
 
-The margin is ``Z`` (1.96) standard errors of the difference of the two means. The word is
+The two arms' test-set errors are added as if independent. Both arms meet the same test images,
+so this overstates the test-set part (a comparison paired over images, which DESIGN.md prefers,
+would be narrower): the margin is an upper bound, and the rule errs towards "no measurable
+difference". The margin is ``Z`` (1.96) standard errors of the difference of the two means. The word is
 "costs" when the whole interval (difference +- margin) lies below 0, "gains" when it lies above 0,
 "keeps" when it lies inside +-``tolerance`` points (the variant is shown to be as accurate, within
 the tolerance), and "no measurable difference" otherwise: the run cannot tell.
