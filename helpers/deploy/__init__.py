@@ -4,7 +4,9 @@ Exports a PyTorch model to ONNX with ``torch.onnx.export`` (its default, dynamo 
 ``onnxscript``; ``--exporter torchscript`` picks the older one, ``dynamo=False``) and runs the same fixed batch
 in PyTorch eager, ONNX Runtime and OpenVINO, in interleaved rounds (``helpers.measure``):
 every round builds each engine's session afresh, makes its first call (reported apart),
-its warm-up calls, then its timed calls, the engines taking turns in rotated order. Per engine
+its warm-up calls, then its timed calls, the engines taking turns in balanced orders; with three or
+more engines the first (the baseline) is timed a second time as an A/A arm (``A/A: eager again``), whose
+verdict, if it gets one, marks the run as disturbed (``helpers.measure.DISTURBED``). Per engine
 it reports throughput (images/s) and latency (median over rounds, min-max), the speed-up over
 the baseline with the interval and verdict of ``helpers.measure.verdict``, the export and
 load/compile time, the output agreement with PyTorch eager in fp32 on a set of at least 32

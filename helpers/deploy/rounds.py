@@ -93,6 +93,14 @@ def _run_chunked(run: Runner, inputs: np.ndarray, batch: int) -> np.ndarray:
     return np.concatenate([run(inputs[i:i + batch]) for i in range(0, len(inputs), batch)])
 
 
+AA_FROM_ARMS = 3  # a comparison of this many engine variants or more carries an A/A arm (DESIGN.md)
+
+
+def _spec_of(st: dict[str, Any]) -> tuple[str, str, str | None, bool]:
+    """The (engine, target, hint, dynamic) a variant's state was built from."""
+    return st["engine"], st["target"], st["hint"], st["dyn"]
+
+
 def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = ENGINES, device: str = "cpu",
             precision: str | None = None, repeats: int = 5, warmup: int = 3, workdir: str | Path | None = None,
             dynamic_batch: bool = False, inputs: np.ndarray | None = None, rounds: int | None = None,
@@ -102,11 +110,17 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
     The export is ``torch.onnx.export`` with ``exporter`` ("dynamo", its default since torch 2.9, or
     "torchscript", the older ``dynamo=False``), see ``engines.export_onnx``.
 
-    Each round (``rounds``, default ``measure.ROUNDS``) every engine, in rotated order, builds a
+    Each round (``rounds``, default ``measure.ROUNDS``) every engine, in a Williams-design order, builds a
     fresh session, makes one first call (timed apart: lazy set-up), ``warmup`` untimed calls and
     ``repeats`` timed calls; the round's value is their median. Agreement with PyTorch eager fp32
     is measured once per engine on at least ``AGREEMENT_INPUTS`` inputs. ``also_dynamic`` adds,
     for every ONNX engine, a variant exported with a dynamic batch axis, in the same rounds.
+
+    With three or more variants the comparison carries an A/A arm (``helpers.measure.with_aa``): the
+    first variant (the baseline) timed a second time, with its own fresh session every round, as a
+    result named ``measure.aa_name(baseline)`` (the last one). When it gets a verdict, the rounds are
+    measured again (``measure.interleaved``) and, if it still does, ``verdict`` and ``results_table``
+    give every other engine the word ``measure.DISTURBED``.
     """
     if device not in DEVICES:
         raise DeployError(f"Unknown --device {device!r}; choose from {', '.join(DEVICES)}.")
@@ -133,7 +147,8 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
         state: dict[str, dict[str, Any]] = {}
 
         def variant(name: str, engine: str, target: str, hint: str | None, dyn: bool) -> Callable[[], tuple[float, dict]]:
-            st = state.setdefault(name, {"engine": engine, "target": target, "dyn": dyn, "load": [], "first": []})
+            st = state.setdefault(name, {"engine": engine, "target": target, "hint": hint, "dyn": dyn, "load": [],
+                                         "first": []})
 
             def one_round() -> tuple[float, dict]:
                 start = time.perf_counter()
@@ -159,6 +174,9 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
         for engine, target, hint, dyn in targets:
             name = _variant(engine, target, hint) + (" (dynamic batch)" if also_dynamic and dyn else "")
             calls[name] = variant(name, engine, target, hint, dyn)
+        if len(calls) >= AA_FROM_ARMS:  # the baseline again, as its own arm with its own sessions
+            base = next(iter(calls))
+            calls = measure.with_aa(calls, base, again=variant(measure.aa_name(base), *_spec_of(state[base])))
         got = measure.interleaved(calls, rounds, progress=progress, desc="engine rounds")
         spec.model.to("cpu")
     out = []
@@ -174,16 +192,31 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
 
 
 def verdict(found: Sequence[EngineResult], name: str, baseline: str | None = None) -> measure.Verdict:
-    """``helpers.measure.verdict`` of engine ``name`` against ``baseline`` (default: the first), by latency."""
+    """The verdict of engine ``name`` against ``baseline`` (default: the first), by latency.
+
+    Results measured in one ``compare`` share their ``measure.Rounds``; its ``verdict`` is used, so an A/A arm
+    that got a verdict turns every other engine's word into ``measure.DISTURBED``. Results without shared
+    rounds get ``helpers.measure.verdict`` of their latencies.
+    """
     by = {r.name: r for r in found}
-    base = by[baseline] if baseline else found[0]
+    if baseline is not None and baseline not in by:
+        raise DeployError(f"no engine {baseline!r} among {', '.join(by)}")
     if name not in by:
         raise DeployError(f"no engine {name!r} among {', '.join(by)}")
-    return measure.verdict(base.latencies, by[name].latencies)
+    base = by[baseline] if baseline else found[0]
+    return _verdict(base, by[name])
+
+
+def _verdict(base: EngineResult, r: EngineResult) -> measure.Verdict:
+    rounds = base.rounds
+    if rounds is not None and r.rounds is rounds and {base.name, r.name} <= set(rounds.names):
+        return rounds.verdict(r.name, base.name)
+    return measure.verdict(base.latencies, r.latencies)
 
 
 def results_table(found: Sequence[EngineResult], baseline: str | None = None, title: str = "") -> Table:
-    """One row per engine: throughput, latency median/min/max over rounds, speed-up with interval and verdict,
+    """One row per engine (the A/A arm, when there is one, last): throughput, latency median/min/max over rounds,
+    speed-up with interval and verdict (``verdict``: DISTURBED for every engine when the A/A arm got a verdict),
     export/load/first-call times, agreement and precision."""
     if not found:
         raise DeployError("no engine results to tabulate")
@@ -195,7 +228,7 @@ def results_table(found: Sequence[EngineResult], baseline: str | None = None, ti
         if r is base:
             cells: list[Any] = [1.0, "-", "baseline"]
         else:
-            v = measure.verdict(base.latencies, r.latencies)
+            v = _verdict(base, r)
             cells = [v.ratio, v.interval, v.word]
         table.add(r.name, r.precision, r.throughput, r.latency_ms, 1e3 * min(r.latencies), 1e3 * max(r.latencies),
                   *cells, r.export_s, r.load_s, statistics.median(r.warmup) if r.warmup else None,
@@ -203,8 +236,8 @@ def results_table(found: Sequence[EngineResult], baseline: str | None = None, ti
     rounds = found[0].rounds
     n = found[0].agreement_n
     table.note = ((rounds.note() + " " if rounds is not None else "")
-                  + "Latency: per round, the median of the timed calls on a freshly built session (its first call "
-                    f"and warm-up apart). Agreement: against PyTorch eager fp32 on {n} inputs.")
+                  + "Latency: median of each round's timed calls (fresh session, first call apart). "
+                    f"Agreement: with PyTorch eager fp32 on {n} inputs.")
     return table
 
 

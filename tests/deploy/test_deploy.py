@@ -46,6 +46,16 @@ def test_cli_default_engines_leave_out_openvino_where_it_does_not_import(tmp_pat
     assert not (tmp_path / "x.jsonl").exists()
 
 
+def test_cli_table_has_an_aa_row_with_three_engines(tmp_path, capsys):
+    pytest.importorskip("openvino")  # no wheel for Linux aarch64
+    found = deploy.main(["--model", "book_cnn", "--batch", "2", "--engines", "eager,onnxruntime,openvino:f32",
+                         "--repeats", "1", "--warmup", "0", "--rounds", "2", "--rows", str(tmp_path / "rows.jsonl"),
+                         "--device", "cpu"])
+    out = capsys.readouterr().out
+    assert [r.name for r in found][-1] == "A/A: eager again"
+    assert any(line.startswith("A/A: eager again ") for line in out.splitlines())  # its own row in the table
+
+
 def test_cli_exporter_choice():
     assert deploy._parser().parse_args([]).exporter == "dynamo"
     assert deploy._parser().parse_args(["--exporter", "torchscript"]).exporter == "torchscript"

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import models
+from helpers import measure, models
 from helpers.deploy import engines, rounds, served
 
 
@@ -23,7 +23,7 @@ def test_every_engine_agrees_with_eager():
     found = rounds.compare(tiny_spec(), batch=4, engines="eager,onnxruntime,openvino:f32,openvino",
                            device="cpu", repeats=2, warmup=1, rounds=3, progress=False)
     by = {r.name: r for r in found}
-    assert list(by) == ["eager", "onnxruntime", "openvino:f32", "openvino"]
+    assert list(by) == ["eager", "onnxruntime", "openvino:f32", "openvino", "A/A: eager again"]  # 3+ arms: an A/A arm
     assert by["eager"].max_abs_diff == 0 and by["eager"].export_s == 0
     assert by["onnxruntime"].max_abs_diff < 1e-4 and by["onnxruntime"].top1_agreement == 1.0
     assert by["openvino:f32"].precision == "f32" and by["openvino:f32"].max_abs_diff < 1e-4
@@ -40,8 +40,9 @@ def test_every_engine_agrees_with_eager():
         assert r.export_s > 0 or r.engine == "eager"
         assert r.extra["exporter"] == (None if r.engine == "eager" else "dynamo")  # torch.onnx.export's default
     table = rounds.results_table(found, baseline="eager")
-    assert len(table) == 4 and table.rows[0][6] == pytest.approx(1.0) and table.column("verdict")[0] == "baseline"
+    assert len(table) == 5 and table.rows[0][6] == pytest.approx(1.0) and table.column("verdict")[0] == "baseline"
     assert set(table.column("verdict")[1:]) == {"no measurable difference"}  # 3 rounds: too few for a verdict
+    assert by["A/A: eager again"].engine == "eager" and by["A/A: eager again"].max_abs_diff == 0
     assert "images/s" in table.columns and "3 interleaved rounds" in table.note
     assert rounds.verdict(found, "onnxruntime").rounds == 3
     with pytest.raises(engines.DeployError):
@@ -66,6 +67,69 @@ def test_static_and_dynamic_exports_in_the_same_rounds():
     assert [r.extra["exporter"] for r in found] == ["torchscript", "torchscript"]
     assert all(r.max_abs_diff < 1e-4 for r in found)
     assert all(len(r.latencies) == 2 for r in found) and found[0].rounds is found[1].rounds
+
+
+def test_three_arms_carry_an_aa_arm_with_its_own_sessions(monkeypatch):
+    built = []
+    real = rounds.eager_runner
+
+    def counting(model, target, hint):
+        built.append(target)
+        return real(model, target, hint)
+
+    monkeypatch.setattr(rounds, "eager_runner", counting)
+    found = rounds.compare(tiny_spec(), batch=1, engines="eager,onnxruntime", also_dynamic=True, repeats=1, warmup=0,
+                           rounds=2, progress=False, exporter="torchscript")
+    assert [r.name for r in found] == ["eager", "onnxruntime", "onnxruntime (dynamic batch)", "A/A: eager again"]
+    aa = found[-1]
+    assert aa.engine == "eager" and len(aa.latencies) == 2 and found[0].rounds.aa == "A/A: eager again"
+    # the reference, then a fresh eager session per arm (baseline and A/A) in every round, re-run rounds too
+    assert len(built) == 1 + 2 * (2 + aa.extra["reruns"])
+    assert [r.name for r in rounds.compare(tiny_spec(), batch=1, engines="eager,onnxruntime", repeats=1, warmup=0,
+                                           rounds=2, progress=False)] == ["eager", "onnxruntime"]  # 2 arms: no A/A
+
+
+def test_a_failed_aa_arm_turns_every_verdict_into_disturbed(monkeypatch):
+    real = measure.interleaved
+
+    def failing(*args, **kwargs):
+        got = real(*args, **kwargs)
+        got.aa_failed = True  # as when the baseline measured against itself got a verdict in every attempt
+        return got
+
+    monkeypatch.setattr(measure, "interleaved", failing)
+    found = rounds.compare(tiny_spec(), batch=1, engines="eager,onnxruntime", also_dynamic=True, repeats=1, warmup=0,
+                           rounds=2, progress=False, exporter="torchscript")
+    table = rounds.results_table(found)
+    assert table.column("verdict") == ["baseline", measure.DISTURBED, measure.DISTURBED, "no measurable difference"]
+    assert rounds.verdict(found, "onnxruntime").word == measure.DISTURBED
+    assert rounds.verdict(found, "onnxruntime (dynamic batch)", baseline="onnxruntime").word == measure.DISTURBED
+
+
+def shared_rounds(aa_failed: bool) -> measure.Rounds:
+    """Ten rounds: onnxruntime 20% faster than eager in every round, the A/A arm within 0.5% of eager."""
+    eager = [0.010 * (1 + 0.03 * (i % 3)) for i in range(10)]
+    samples = {"eager": eager, "onnxruntime": [t / 1.25 for t in eager], "openvino": [t * 1.001 for t in eager],
+               "A/A: eager again": [t * (1.004 if i % 2 else 0.996) for i, t in enumerate(eager)]}
+    return measure.Rounds(list(samples), samples, {n: [{}] * 10 for n in samples}, aa_failed=aa_failed)
+
+
+@pytest.mark.parametrize("aa_failed", [False, True])
+def test_verdict_and_table_follow_the_rounds_verdict(aa_failed):
+    got = shared_rounds(aa_failed)
+    found = [engine_result(n, got.samples[n], rounds=got) for n in got.names]
+    table = rounds.results_table(found)
+    verdicts = dict(zip(table.column("engine"), table.column("verdict")))
+    expected = measure.DISTURBED if aa_failed else "faster"
+    assert verdicts["onnxruntime"] == expected == rounds.verdict(found, "onnxruntime").word
+    assert verdicts["openvino"] == (measure.DISTURBED if aa_failed else "no measurable difference")
+    assert verdicts["A/A: eager again"] == "no measurable difference"  # the A/A arm keeps its own word
+    assert rounds.verdict(found, "onnxruntime").ratio == pytest.approx(1.25)  # ratio and interval still given
+    # results without shared rounds (built apart): the plain helpers.measure.verdict
+    apart = [engine_result(n, got.samples[n]) for n in got.names]
+    assert rounds.verdict(apart, "onnxruntime").word == "faster"
+    with pytest.raises(engines.DeployError):
+        rounds.verdict(found, "onnxruntime", baseline="tensorrt")
 
 
 def engine_result(name="eager", latencies=(0.02, 0.01, 0.04), batch=4, **more):
