@@ -184,8 +184,8 @@ def explain(report: dict[str, Any]) -> list[str]:
     elif conf.get("word") == "not confirmed":
         out.append(f"Recommended: PyTorch's defaults (no confirmation ran: {conf.get('reason', '')}).")
     else:
-        out.append("Recommended: PyTorch's defaults (no lever was at least 2% faster in the search, so nothing "
-                   "went to confirmation).")
+        out.append("Recommended: PyTorch's defaults (no lever was at least 2% faster in the search, or near enough "
+                   "to be worth confirming, so nothing went to confirmation).")
     if busy_note(report):
         out.append(busy_note(report))
     won = set(best["levers"])
@@ -217,7 +217,8 @@ def explain(report: dict[str, Any]) -> list[str]:
                  and arm["word"] == "faster" else
                  "." if arm is not None else
                  f"; not confirmed ({left[t['label']]['reason']}), so no conclusion." if t["label"] in left else
-                 "; not at least 2% faster in the search, so not sent to confirmation." if sp < 1 + measure.MIN_EFFECT else
+                 "; not at least 2% faster in the search, nor near enough to be worth confirming, so not sent to "
+                 "confirmation." if sp < 1 + measure.MIN_EFFECT else
                  "; not confirmed, so no conclusion.")
         if kind == "compile":
             be = break_even_steps(base, t)

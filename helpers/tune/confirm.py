@@ -4,10 +4,13 @@ A search trial is one measurement of one fresh model, so a lucky moment on a sha
 a lever look tens of percent faster. The search therefore only nominates; this module decides:
 
 * ``order_arms``: which trials go to confirmation, best first: every lever that was at least
-  ``MIN_GAIN`` faster alone in the search, and the greedy combination. Those that can be
-  recommended come first (the combination and its own levers, cheapest projected total first),
-  then the others: levers the combination did not keep, and levers that change the training
-  (a bigger batch), which are only throughput hints.
+  ``MIN_GAIN`` faster alone in the search, the greedy combination, and the *near misses* (single
+  levers that leave the training unchanged and were slower in their one search trial, but by less
+  than one trial can be wrong: at least ``search.NEAR_MISS`` of the baseline's speed). Those that can
+  be recommended come first (the combination and its own levers, and near misses, which the
+  combination step never judged; cheapest projected total first), then the others: levers the
+  combination did not keep, and levers that change the training (a bigger batch), which are only
+  throughput hints.
 * ``fit_arms``: the best few of them, at most ``MAX_ARMS``, as many as the budget left holds for
   the rounds (an arm that does not fit is listed with the reason).
 * ``measure_arms``: the baseline and the arms in interleaved rounds, each in a long-lived child
@@ -35,30 +38,40 @@ MAX_ARMS = 4          # arms besides the baseline (and the A/A arm) in one confi
 ROLES = {"candidate": "may be recommended",
          "not kept": "the combination step did not keep it: not recommended",
          "hint": "changes the training (the batch size): a throughput hint, never the recommendation"}
-NO_WINNER_REASON = "no lever was at least 2% faster than the baseline in its search trial"
+NO_WINNER_REASON = "no lever was at least 2% faster than the baseline in its search trial, or a near miss"
 ONLY_HINTS_REASON = ("no lever that leaves the training unchanged was at least 2% faster than the baseline in its "
-                     "search trial")
+                     "search trial, or a near miss")
 
 
-def role(levers: dict[str, Any], kept: dict[str, Any] | None) -> str:
-    """``hint`` (changes training), ``candidate`` (all its levers are in the kept combination) or ``not kept``."""
+def role(levers: dict[str, Any], kept: dict[str, Any] | None, near_miss: bool = False) -> str:
+    """``hint`` (changes training), ``candidate`` (all its levers are in the kept combination, or a
+    near miss: a single lever the combination step never judged) or ``not kept`` (the combination
+    step judged it and dropped it)."""
     if changes_training(levers):
         return "hint"
     kept = kept or {}
+    if near_miss and len(levers) == 1:
+        return "candidate"
     return "candidate" if levers and all(kept.get(k) == v for k, v in levers.items()) else "not kept"
+
+
+def arm_role(trial: dict[str, Any], kept: dict[str, Any] | None) -> str:
+    """``role`` of a search trial sent to confirmation (its ``near_miss`` mark included)."""
+    return role(trial["levers"], kept, bool(trial.get("near_miss")))
 
 
 def order_arms(winners: Sequence[dict[str, Any]], kept: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The trials to confirm, best first: those that may be recommended, then the others, each
     group by projected total (lowest first). ``winners`` are the search trials (single levers and
-    the kept combination) that were at least ``MIN_GAIN`` faster; ``kept`` the combination's levers."""
+    the kept combination) that were at least ``MIN_GAIN`` faster, and near misses (marked
+    ``near_miss``); ``kept`` the combination's levers."""
     seen: set[str] = set()
     arms = []
     for t in winners:
         if t["label"] not in seen:
             seen.add(t["label"])
             arms.append(t)
-    return sorted(arms, key=lambda t: (role(t["levers"], kept) != "candidate", t["total_s"]))
+    return sorted(arms, key=lambda t: (arm_role(t, kept) != "candidate", t["total_s"]))
 
 
 def round_s(arms: Sequence[dict[str, Any]], base_s: float) -> float:
@@ -150,7 +163,7 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     out = []
     for a in arms:
         v = _verdict(got.verdict(a["label"], "baseline"))
-        out.append({"label": a["label"], "levers": dict(a["levers"]), "role": role(a["levers"], kept),
+        out.append({"label": a["label"], "levers": dict(a["levers"]), "role": arm_role(a, kept),
                     "search_speedup": a.get("speedup"), **v, "totals_s": list(got.samples[a["label"]])})
     return {"rounds": got.rounds, "attempts": got.attempts, "reruns": got.reruns, "disturbed": got.aa_failed,
             "aa": None if aa is None else _verdict(aa), "baseline_s": list(got.samples["baseline"]), "arms": out}

@@ -18,13 +18,15 @@ recorded with its error and the search goes on. No trial starts that the remaini
 cannot hold (time for the confirmation is kept back). The batch lever repeats the reader's one
 batch, so the guard cannot see what it does to accuracy: its trials say "guard: untested".
 
-Confirmation (``helpers.tune.confirm``): the search only nominates. Every winner and the kept
-combination (the best few the budget holds) are measured again against the baseline in
+Confirmation (``helpers.tune.confirm``): the search only nominates. Every winner, the kept
+combination and the near misses (single levers at least ``NEAR_MISS`` of the baseline's speed in
+their one trial, which a noisy trial may have hidden; the best few the budget holds) are measured again against the baseline in
 interleaved rounds, each in its own long-lived child process (they take turns; every round a
 fresh model), and ``helpers.measure.verdict`` decides. The tuner recommends only a setting made
 of levers the combination kept that the rounds call "faster", the one with the fewest levers
 within noise; a bigger batch changes the training, so it is reported as a throughput hint, never
-recommended. When nothing is confirmed faster it says to keep PyTorch's defaults on this machine
+recommended; a near miss confirmed faster may be recommended on its own (the combination step never
+judged it). When nothing is confirmed faster it says to keep PyTorch's defaults on this machine
 and names the front-runner as unconfirmed. Output: ``DIR/tune.json``, ``DIR/rows.jsonl``
 (helpers.results rows), ``DIR/tune.png`` and a table, plus the lines to apply the recommendation
 (``helpers.tune.report``).
@@ -53,6 +55,11 @@ from .trial import ModelSpecError, TuneError, load_workload
 FORMAT_VERSION = 3
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
 MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
+NEAR_MISS = 0.75
+"""A single lever that leaves the training unchanged and reached at least this fraction of the
+baseline's speed in its one search trial is also sent to confirmation (when the budget holds it):
+one trial in a fresh process can be off by a fifth or more on a shared machine (chapter 13 once saw
+channels-last at 0.91x in its search trial and 1.18x in interleaved rounds)."""
 BATCH_GUARD = ("untested: the batch lever repeats your one batch, so its loss equals the baseline's by "
                "construction; check accuracy on your real data")
 
@@ -177,6 +184,14 @@ def is_winner(base: dict[str, Any], trial: dict[str, Any]) -> bool:
     return bool(trial.get("ok")) and trial is not base and _speedup(base, trial) >= 1 + MIN_GAIN
 
 
+def is_near_miss(base: dict[str, Any], trial: dict[str, Any]) -> bool:
+    """A single lever that leaves the training unchanged, ran, was not a winner, and reached at least
+    ``NEAR_MISS`` of the baseline's speed in its one search trial: worth confirming, since one trial
+    can hide a real gain."""
+    return (bool(trial.get("ok")) and trial is not base and not changes_training(trial["levers"])
+            and NEAR_MISS <= _speedup(base, trial) < 1 + MIN_GAIN)
+
+
 def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Greedy: start from the best single lever, add the next winners (best per kind) one by one, keep
     an addition only when the combination is at least ``MIN_GAIN`` faster than without it. Levers that
@@ -216,12 +231,13 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
     if rounds < 1:
         return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)",
                 "left_out": [{"label": a["label"], "levers": a["levers"], "reason": "confirmation turned off",
-                              "role": confirm_arms.role(a["levers"], kept_levers)} for a in arms]}
+                              "role": confirm_arms.arm_role(a, kept_levers)} for a in arms]}
     base_s = search.base_trial_s()
     chosen, left_out, afford = confirm_arms.fit_arms(arms, base_s, search.left(reserve=False), rounds,
                                                      startup=search.startup_s)
+    roles = {a["label"]: confirm_arms.arm_role(a, kept_levers) for a in arms}
     for x in left_out:
-        x["role"] = confirm_arms.role(x["levers"], kept_levers)
+        x["role"] = roles[x["label"]]
     if not chosen:
         first = confirm_arms.round_s(arms[:1], base_s)
         return {"word": "not confirmed", "rounds": 0, "left_out": left_out,
@@ -294,13 +310,18 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     for t in search.trials:
         t["speedup"] = _speedup(base, t) or None
     winners = [t for t in singles if is_winner(base, t)] + ([kept] if kept is not None else [])
+    near = sorted((t for t in singles if is_near_miss(base, t)), key=lambda t: t["total_s"])
+    for t in near:
+        t["near_miss"] = True
     confirmation: dict[str, Any] = {"word": "no candidate", "rounds": 0, "arms": []}
-    if winners:
+    if winners or near:
         if session_factory is None and runner is not None:
             session_factory = lambda reqs, timeout: RunnerSession(runner, reqs, timeout)  # noqa: E731
-        confirmation = confirm(search, winners, kept, session_factory, confirm_rounds)
+        confirmation = confirm(search, winners + near, kept, session_factory, confirm_rounds)
     search.bar.close()
-    front = kept  # the search's front-runner among what may be recommended (None: nothing to recommend)
+    # the search's front-runner among what may be recommended (None: nothing to recommend): the kept
+    # combination, else the best near miss
+    front = kept if kept is not None else (near[0] if near else None)
     reason = confirm_arms.ONLY_HINTS_REASON if winners else confirm_arms.NO_WINNER_REASON
     best = confirm_arms.recommend(confirmation, base["total_s"], front, reason)
     report = _report(search, model, dev, planned_steps, budget, kinds, confirmation, best)

@@ -22,7 +22,7 @@ def test_confirmation_line_for_each_outcome(hand_report) -> None:
         == "Not confirmed: give a larger budget"
     for nothing in ({}, {"word": "no candidate"}):
         assert advice.confirmation_line(hand_report({}, nothing)) == (
-            "No lever was at least 2% faster than the baseline in its search trial: nothing to confirm.")
+            "No lever was at least 2% faster than the baseline in its search trial, or a near miss: nothing to confirm.")
     only_hints = hand_report({}, {"word": "no candidate", "reason": confirm.ONLY_HINTS_REASON})
     assert advice.confirmation_line(only_hints).startswith("No lever that leaves the training unchanged")
 

@@ -169,3 +169,13 @@ def test_a_failing_confirmation_trial_is_a_reason_not_a_crash() -> None:
                                               ({"optimizer": "foreach"}, "not kept"), ({}, "not kept")])
 def test_role(levers, expected) -> None:
     assert confirm.role(levers, KEPT) == expected
+
+
+def test_a_near_miss_is_a_candidate_unless_it_changes_the_training() -> None:
+    """A near miss (a single lever the combination step never judged) may be recommended alone; a
+    combination or a batch lever never becomes a candidate by being marked as one."""
+    assert confirm.role({"optimizer": "foreach"}, KEPT, near_miss=True) == "candidate"
+    assert confirm.role({"batch": 2}, KEPT, near_miss=True) == "hint"
+    assert confirm.role({"optimizer": "foreach", "channels_last": True}, KEPT, near_miss=True) == "not kept"
+    trial = {"label": "opt:foreach", "levers": {"optimizer": "foreach"}, "near_miss": True}
+    assert confirm.arm_role(trial, KEPT) == "candidate" and confirm.arm_role({**trial, "near_miss": False}, KEPT) == "not kept"
