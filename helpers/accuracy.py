@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 MIN_SEEDS = 3
-"""Fewest seeds per arm for a comparison; with fewer, ``compare`` raises."""
+"""Fewest seeds per arm for a word; with fewer (but at least 2: the smoke profile's runs, which only
+exercise the code), ``compare`` computes the difference and its margin and says ``TOO_FEW``."""
 
 TOLERANCE = 1.0
 """Points of accuracy within which "keeps" may be said (the interval must lie inside +-1 point)."""
@@ -36,6 +37,7 @@ Z = 1.96
 """Standard errors in the margin (about 95% under a normal approximation)."""
 
 NO_DIFFERENCE = "no measurable difference"
+TOO_FEW = "too few seeds for a word"
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ class AccuracyVerdict:
     @property
     def decided(self) -> bool:
         """Whether the word is a claim ("costs", "keeps" or "gains") rather than "cannot tell"."""
-        return self.word != NO_DIFFERENCE
+        return self.word not in (NO_DIFFERENCE, TOO_FEW)
 
     def __str__(self) -> str:
         return (f"{self.difference:+.1f} points (interval {self.low:+.1f} to {self.high:+.1f}, "
@@ -96,9 +98,9 @@ def test_set_error(accuracy: float, test_size: int) -> float:
 
 def _accuracies(values: Sequence[float], name: str) -> Accuracies:
     vals = tuple(float(v) for v in values)
-    if len(vals) < MIN_SEEDS:
-        raise ValueError(f"{name}: {len(vals)} seed(s); an accuracy comparison needs at least {MIN_SEEDS} "
-                         "seeds per arm (train each arm with seeds 0, 1, 2)")
+    if len(vals) < 2:
+        raise ValueError(f"{name}: {len(vals)} seed(s); an accuracy comparison needs at least 2 seeds per arm, "
+                         f"and {MIN_SEEDS} for a word (train each arm with seeds 0, 1, 2)")
     if any(math.isnan(v) or not 0.0 <= v <= 100.0 for v in vals):
         raise ValueError(f"{name}: accuracies are percentages between 0 and 100, got {vals}")
     return Accuracies(vals)
@@ -107,7 +109,8 @@ def _accuracies(values: Sequence[float], name: str) -> Accuracies:
 def compare(baseline: Sequence[float], variant: Sequence[float], *, test_size: int,
             tolerance: float = TOLERANCE) -> AccuracyVerdict:
     """The variant's per-seed accuracies (%) against the baseline's, on a test set of ``test_size``
-    images: difference of means, its margin (seed spread and test-set noise) and one word."""
+    images: difference of means, its margin (seed spread and test-set noise) and one word
+    (``TOO_FEW`` when an arm has fewer than ``MIN_SEEDS`` seeds; fewer than 2 raise ValueError)."""
     if tolerance < 0:
         raise ValueError("tolerance must be >= 0 points")
     b, v = _accuracies(baseline, "baseline"), _accuracies(variant, "variant")
@@ -115,7 +118,9 @@ def compare(baseline: Sequence[float], variant: Sequence[float], *, test_size: i
     test_var = test_set_error(b.mean, test_size) ** 2 + test_set_error(v.mean, test_size) ** 2
     margin = Z * math.sqrt(seed_var + test_var)
     d = v.mean - b.mean
-    if d + margin < 0:
+    if min(len(b.values), len(v.values)) < MIN_SEEDS:
+        word = TOO_FEW
+    elif d + margin < 0:
         word = "costs"
     elif d - margin > 0:
         word = "gains"

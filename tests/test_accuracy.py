@@ -39,9 +39,13 @@ def test_seed_spread_widens_the_margin():
     assert wide.word == accuracy.NO_DIFFERENCE and wide.margin > narrow.margin
 
 
-def test_needs_three_seeds_and_percentages():
-    with pytest.raises(ValueError, match="at least 3"):
-        accuracy.compare([80, 81], [80, 81, 82], test_size=1000)
+def test_needs_three_seeds_for_a_word_and_percentages():
+    # two seeds (the smoke profile) compute the numbers but give no word, however clear the gap
+    two = accuracy.compare([80, 81], [50, 51, 52], test_size=100_000)
+    assert two.word == accuracy.TOO_FEW and not two.decided and two.difference == pytest.approx(-29.5)
+    assert accuracy.compare([80, 81, 80.5], [50, 51, 52], test_size=100_000).word == "costs"
+    with pytest.raises(ValueError, match="at least 2"):
+        accuracy.compare([80], [80, 81, 82], test_size=1000)
     with pytest.raises(ValueError, match="percentages"):
         accuracy.compare([80, 81, 120], [80, 81, 82], test_size=1000)
     with pytest.raises(ValueError, match="test_size"):
