@@ -15,7 +15,8 @@ time of the planned number of steps *including* warm-up and compilation, so a co
 pay for itself over the planned run loses. Accuracy guard: the loss after the warm-up steps must
 stay within ``loss_tol`` (a fraction of the starting loss) of the baseline's. A failing trial is
 recorded with its error and the search goes on. No trial starts that the remaining budget
-cannot hold (time for the confirmation is kept back). The batch lever repeats the reader's one
+cannot hold (time for the confirmation is kept back once a trial has given it something to confirm;
+until then trials may use it). The batch lever repeats the reader's one
 batch, so the guard cannot see what it does to accuracy: its trials say "guard: untested".
 
 Confirmation (``helpers.tune.confirm``): the search only nominates. Every winner, the kept
@@ -145,14 +146,26 @@ class _Search:
             est += per * (3 if levers["compile"] == "max-autotune" else 1)
         return est
 
+    def candidate_found(self) -> bool:
+        """Whether a trial so far would go to the confirmation (a winner or a near miss)."""
+        base = self.trials[0] if self.trials and self.trials[0].get("ok") else None
+        return base is not None and any(is_winner(base, t) or is_near_miss(base, t) for t in self.trials[1:])
+
     def run(self, levers: dict[str, Any], stage: str) -> dict[str, Any] | None:
-        """Measure one set of levers if the budget holds it; None (recorded as skipped) otherwise."""
+        """Measure one set of levers if the budget holds it; None (recorded as skipped) otherwise.
+        While no trial has given the confirmation anything to measure, its reserve may go to trials
+        (a later candidate then gets what is left, and says so if that is too little)."""
         left = self.left()
         est = self.estimate(levers) if self.base_raw is not None else left
+        borrowed = est > left and self.base_raw is not None and not self.candidate_found()
+        if borrowed:
+            left = self.left(reserve=False)
         if est > left:
             self.skipped.append({"levers": dict(levers), "label": label(levers),
-                                 "reason": f"budget: needs about {est:.0f} s, {max(left, 0):.0f} s left "
-                                           f"({self.kept():.0f} s kept for the confirmation and the report)"})
+                                 "reason": f"budget: needs about {est:.0f} s, {max(left, 0):.0f} s left " + (
+                                     f"({self.kept(reserve=False):.0f} s kept for the report; nothing to confirm yet, so none for the "
+                                     "confirmation)" if borrowed
+                                     else f"({self.kept():.0f} s kept for the confirmation and the report)")})
             return None
         timeout = left if self.base_raw is None else min(left, max(2.5 * est, est + 20))
         self.bar.set_postfix_str(label(levers))

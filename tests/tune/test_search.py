@@ -94,9 +94,28 @@ def test_budget_is_respected(model_file: Path, fake_runner) -> None:
     assert 1 <= len(report["trials"]) < 7
     assert any(s["reason"].startswith("budget") for s in report["skipped"])
     # the reason says where the budget went: what is kept back for the confirmation and the report
-    assert all("kept for the confirmation and the report" in s["reason"] for s in report["skipped"]
-               if s["reason"].startswith("budget")), report["skipped"]
+    assert all("kept for the confirmation and the report" in s["reason"] or "kept for the report" in s["reason"]
+               for s in report["skipped"] if s["reason"].startswith("budget")), report["skipped"]
     assert all(timeout <= 3.6 for _, timeout in runner.calls)  # no child may outlive the budget
+
+
+def test_the_confirmation_reserve_goes_to_trials_while_nothing_needs_confirming(model_file: Path, fake_runner) -> None:
+    """Every lever is twice as slow (no winner, no near miss), so the reserve kept for a confirmation
+    is never needed: the search spends it on trials instead of stopping after the first. Once a
+    trial is a near miss, the reserve is kept again."""
+    slow = {"baseline": 10.0, "bf16": 20.0, "fp16": 20.0, "opt:foreach": 20.0, "opt:fused": 20.0}
+    budget = 8.0  # holds a few 0.4 s trials, but not those and a confirmation of 6 rounds (~9 s with the report's 4)
+    kept = tune.tune(f"{model_file}:build", kinds=["autocast", "optimizer"], budget=budget, progress=False,
+                     runner=fake_runner(slow, sleep=0.4), confirm_rounds=8)
+    ran = [t["label"] for t in kept["trials"]]
+    assert len(ran) >= 4, (ran, kept["skipped"])  # without borrowing the reserve only ~2 fit
+    assert kept["confirmation"]["word"] == "no candidate"
+    assert all("nothing to confirm yet" in s["reason"] for s in kept["skipped"] if s["reason"].startswith("budget"))
+    near = dict(slow, **{ran[1]: 10.5})  # the first single is a near miss: from then on the reserve is kept
+    report = tune.tune(f"{model_file}:build", kinds=["autocast", "optimizer"], budget=budget, progress=False,
+                       runner=fake_runner(near, sleep=0.4), confirm_rounds=8)
+    assert len(report["trials"]) < len(ran)
+    assert any("kept for the confirmation" in s["reason"] for s in report["skipped"])
 
 
 def test_failing_baseline_is_one_clear_error(model_file: Path, fake_runner) -> None:
