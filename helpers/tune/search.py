@@ -21,8 +21,8 @@ batch, so the guard cannot see what it does to accuracy: its trials say "guard: 
 
 Confirmation (``helpers.tune.confirm``): the search only nominates. Every winner, the kept
 combination and the near misses (single levers at least ``NEAR_MISS`` of the baseline's speed in
-their one trial, which a noisy trial may have hidden; the best few the budget holds) are measured again against the baseline in
-interleaved rounds, each in its own long-lived child process (they take turns; every round a
+their one trial, which a noisy trial may have hidden) -- the best few the budget holds -- are
+measured again against the baseline in interleaved rounds, each in its own long-lived child process (they take turns; every round a
 fresh model), and ``helpers.measure.verdict`` decides. The tuner recommends only a setting made
 of levers the combination kept that the rounds call "faster", the one with the fewest levers
 within noise; a bigger batch changes the training, so it is reported as a throughput hint, never
@@ -163,8 +163,8 @@ class _Search:
         if est > left:
             self.skipped.append({"levers": dict(levers), "label": label(levers),
                                  "reason": f"budget: needs about {est:.0f} s, {max(left, 0):.0f} s left " + (
-                                     f"({self.kept(reserve=False):.0f} s kept for the report; nothing to confirm yet, so none for the "
-                                     "confirmation)" if borrowed
+                                     f"({self.kept(reserve=False):.0f} s kept for the report; nothing to confirm "
+                                     "yet, so none for the confirmation)" if borrowed
                                      else f"({self.kept():.0f} s kept for the confirmation and the report)")})
             return None
         timeout = left if self.base_raw is None else min(left, max(2.5 * est, est + 20))
