@@ -108,7 +108,8 @@ lab: setup
 # run TEST_JOBS at a time, each notebook whole on one worker (--dist loadfile keeps its cells
 # in order in one kernel; the long notebooks are handed out first, unit-test files fill the gaps),
 # each with TEST_THREADS OpenMP threads so that the workers share the cores instead of fighting.
-# Student copies have no outputs: nbval only checks that they run.
+# Student copies have no outputs: nbval only checks that they run, with COURSE_OPTIONAL=0: the path of a
+# reader who skips the optional parts (the notebooks themselves run every optional part).
 # Rows that notebooks record during the test go to their own folder, emptied at the start.
 TEST_RESULTS := $(CURDIR)/results/make-test
 # TORCHINDUCTOR_COMPILE_THREADS=1: Inductor compiles the smoke size's small graphs in-process instead of
@@ -132,8 +133,10 @@ test: setup student $(if $(WANT_IPEX),setup-ipex)
 	@echo "make test runs at COURSE_PROFILE=smoke COURSE_DATA=standin (forced; your COURSE_PROFILE is ignored here)"
 	@rm -rf "$(TEST_RESULTS)"
 	$(if $(WANT_IPEX),$(MAKE) --no-print-directory unit-ipex)
-	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB) $(TEST_PARALLEL_NB:notebooks/%=notebooks/student/%) tests $(NBVAL)
-	$(SMOKE) $(PYTEST) $(TEST_SERIAL_NB) $(TEST_SERIAL_NB:notebooks/%=notebooks/student/%) $(NBVAL)
+	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB) tests $(NBVAL)
+	$(SMOKE) OMP_NUM_THREADS=$(TEST_THREADS) OMP_WAIT_POLICY=PASSIVE COURSE_OPTIONAL=0 $(PYTEST) -n $(TEST_JOBS) --dist loadfile $(TEST_PARALLEL_NB:notebooks/%=notebooks/student/%) $(NBVAL)
+	$(SMOKE) $(PYTEST) $(TEST_SERIAL_NB) $(NBVAL)
+	$(SMOKE) COURSE_OPTIONAL=0 $(PYTEST) $(TEST_SERIAL_NB:notebooks/%=notebooks/student/%) $(NBVAL)
 
 # Student copies: no outputs, solution cells emptied (git-ignored, regenerated every time).
 student: setup

@@ -8,7 +8,8 @@ This module is the command line, the backend and process-group setup, and the er
 * ``init_process_group`` initialises the standard way (``env://``), under torchrun through a
   store prefix per restart.
 * ``run`` is the job: pin, load the data, join, train (``helpers.ddp_training``), check the
-  replicas, evaluate on every rank, write the summary.
+  replicas, evaluate on every rank, write the summary. With ``--seeds`` it trains once per seed,
+  each run from scratch, and the job's start-up is paid once for all of them.
 * ``main`` turns errors a user can cause (offline data, bad options, too many ranks) into one
   ``error:`` message from rank 0 and exit status 2, instead of a traceback per rank.
 
@@ -172,6 +173,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--timeout", type=float, default=300.0,
                    help="seconds a collective waits for a lost rank before the job fails")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
+                   help="train once per seed, one after another in this job, each from scratch (model, "
+                        "optimizer, sampler), as one job per seed would; --out then holds {'seeds': [one "
+                        "summary per seed]}. Saves a job's start-up per extra seed")
     p.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
     p.add_argument("--save-weights", default=None, help="rank 0 saves the final state_dict here")
     p.add_argument("--crash-rank", type=int, default=None, help=argparse.SUPPRESS)
@@ -213,12 +218,18 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
     """The DDP job itself (``main`` without the error handling)."""
     import torch
     import torch.distributed as dist
-    from torch.nn.parallel import DistributedDataParallel
-    from torch.utils.data import DataLoader, DistributedSampler
 
-    from . import checkpoints, data, models, seeds, training
+    from . import data, training
 
     # Everything a user can get wrong is checked before the ranks wait for each other.
+    if args.seeds is not None:
+        if not args.seeds:
+            raise DistributedSetupError("--seeds needs at least one seed, e.g. --seeds 0 1 2")
+        one_model = [o for o, v in (("--checkpoint", args.checkpoint), ("--save-weights", args.save_weights),
+                                    ("--crash-at-step", args.crash_at_step)) if v is not None]
+        if one_model:
+            raise DistributedSetupError(f"--seeds trains one model per seed, and {', '.join(one_model)} "
+                                        "holds one model: use --seed with it")
     device = training_device(args.device, info)
     backend = choose_backend(device.type, args.backend)
     cpus = pin_rank(info, args.threads or None, args.nodes_per_host) \
@@ -245,55 +256,16 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         print(f"rank {info.rank}/{info.world_size} (local {info.local_rank}, launcher {info.launcher}, backend "
               f"{backend}, device {device}, cpus {cpus or 'all'}, threads {torch.get_num_threads()}): "
               f"all_reduce(rank+1) = {demo.item():g}", flush=True)
+        if args.seeds is None:
+            summary = _train_one(args, args.seed, info, device, backend, cpus, batch_size, train_set, test_set)
+        else:
+            runs = [_train_one(args, seed, info, device, backend, cpus, batch_size, train_set, test_set)
+                    for seed in args.seeds]
+            summary = {"seeds": runs} if info.rank == 0 else None
+        if summary is not None and args.out:
+            from .files import atomic_write_text
 
-        sampler = DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True,
-                                     seed=args.seed)
-        loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
-        seeds.set_seed(args.seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
-        model = models.book_cnn(args.dataset).to(device)
-        lr = args.lr * (info.world_size if args.scale_lr else 1)
-        warmup_steps = round(args.warmup_epochs * len(loader)) if args.scale_lr and lr != args.lr else 0
-        lr_at = partial(warmup_lr, base_lr=args.lr, peak_lr=lr, warmup_steps=warmup_steps)
-        optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(0))
-        progress = checkpoints.fresh_progress()
-        if args.checkpoint and Path(args.checkpoint).exists():
-            progress = checkpoints.restore(args.checkpoint, model, optimizer, device=device)
-        ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
-        crash = None
-        if args.crash_at_step is not None and info.rank == args.crash_rank \
-                and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-            crash = args.crash_at_step
-        progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, progress=progress,
-                             checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                             write=info.rank == 0, stop_after=crash, lr_at=lr_at)
-        prints = replica_fingerprints(model, device, dist)
-        identical = all(torch.equal(p, prints[0]) for p in prints)
-        ev = evaluate_on_all_ranks(model, test_set, info, device, dist)
-        summary = None
-        if info.rank == 0:
-            summary = {
-                "world_size": info.world_size, "launcher": info.launcher, "backend": backend,
-                "device": str(device), "threads_per_rank": torch.get_num_threads(), "cpus": cpus,
-                "batch_per_rank": batch_size, "global_batch": batch_size * info.world_size,
-                "lr": lr, "base_lr": args.lr, "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
-                "epoch_losses": progress["epoch_losses"], "data_wait": progress["data_wait"],
-                "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
-                "replicas_identical": identical, "resumed_from": progress["resumed_from"],
-                "standin": data.is_standin(train_set),
-            }
-            if args.save_weights:
-                checkpoints.save_checkpoint(args.save_weights, {"model": model.state_dict()})
-            if args.out:
-                from .files import atomic_write_text
-
-                atomic_write_text(args.out, json.dumps(summary, indent=2))
-            print(f"rank 0: {progress['step']} steps, {summary['time_s']:.2f} s, accuracy {ev['accuracy']:.2f}%, "
-                  f"replicas identical: {identical}", flush=True)
-        # Free DDP's reducer while the process group is still registered: when the reducer held the
-        # group's last reference, its destructor could deadlock with gloo's worker thread at exit
-        # (seen with torch 2.8). Then leave together, so no rank tears down while a peer still talks.
-        del ddp
-        gc.collect()
+            atomic_write_text(args.out, json.dumps(summary, indent=2))
         wait_for_all(device, dist)
         return summary
     except training.StopTraining:
@@ -303,6 +275,64 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any, backend: str, cpus: list[int],
+               batch_size: int, train_set: Any, test_set: Any) -> dict[str, Any] | None:
+    """One training run from scratch with ``seed``: rank 0's summary (None on the other ranks)."""
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DataLoader, DistributedSampler
+
+    from . import checkpoints, data, models, seeds
+
+    sampler = DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True,
+                                 seed=seed)
+    loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
+    seeds.set_seed(seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
+    model = models.book_cnn(args.dataset).to(device)
+    lr = args.lr * (info.world_size if args.scale_lr else 1)
+    warmup_steps = round(args.warmup_epochs * len(loader)) if args.scale_lr and lr != args.lr else 0
+    lr_at = partial(warmup_lr, base_lr=args.lr, peak_lr=lr, warmup_steps=warmup_steps)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr_at(0))
+    progress = checkpoints.fresh_progress()
+    if args.checkpoint and Path(args.checkpoint).exists():
+        progress = checkpoints.restore(args.checkpoint, model, optimizer, device=device)
+    ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
+    crash = None
+    if args.crash_at_step is not None and info.rank == args.crash_rank \
+            and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
+        crash = args.crash_at_step
+    progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, progress=progress,
+                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
+                         write=info.rank == 0, stop_after=crash, lr_at=lr_at)
+    prints = replica_fingerprints(model, device, dist)
+    identical = all(torch.equal(p, prints[0]) for p in prints)
+    ev = evaluate_on_all_ranks(model, test_set, info, device, dist)
+    summary = None
+    if info.rank == 0:
+        summary = {
+            "world_size": info.world_size, "launcher": info.launcher, "backend": backend,
+            "device": str(device), "threads_per_rank": torch.get_num_threads(), "cpus": cpus,
+            "batch_per_rank": batch_size, "global_batch": batch_size * info.world_size,
+            "lr": lr, "base_lr": args.lr, "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
+            "epoch_losses": progress["epoch_losses"], "data_wait": progress["data_wait"],
+            "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
+            "replicas_identical": identical, "resumed_from": progress["resumed_from"],
+            "standin": data.is_standin(train_set), "seed": seed,
+        }
+        if args.save_weights:
+            checkpoints.save_checkpoint(args.save_weights, {"model": model.state_dict()})
+        print(f"rank 0: {progress['step']} steps, {summary['time_s']:.2f} s, accuracy {ev['accuracy']:.2f}%, "
+              f"replicas identical: {identical}" + (f" (seed {seed})" if args.seeds else ""), flush=True)
+    # Free DDP's reducer while the process group is still registered: when the reducer held the
+    # group's last reference, its destructor could deadlock with gloo's worker thread at exit
+    # (seen with torch 2.8). Then the ranks leave this run together.
+    del ddp
+    gc.collect()
+    wait_for_all(device, dist)
+    return summary
 
 
 def user_errors() -> tuple[type[BaseException], ...]:

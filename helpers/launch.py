@@ -237,31 +237,69 @@ def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], o
     ``retries``: as in ``run_job`` (a run whose ranks could not connect is started again).
     A failed job raises DistributedSetupError with the entry point's own message.
     """
-    from .measure import Result
-
     samples: list[float] = []
     warm: list[float] = []
-    accs: list[float] = []
-    summary: dict[str, Any] = {}
+    summaries: list[dict[str, Any]] = []
     job = None
     for r in range(repeats):
         out = Path(out_dir) / f"{name}-{r}.json"
-        job = run_job(lambda: command(out), out=out, timeout=timeout, env=env, retries=retries)
-        if job.returncode != 0 or job.summary is None:
-            detail = job.error or job.output[-1500:]
-            raise DistributedSetupError(f"job {name!r} failed (exit {job.returncode}): {detail}")
-        summary = job.summary
-        times = summary["epoch_times"]
-        if len(times) < 2:
-            raise DistributedSetupError("measure_job needs --epochs >= 2 to keep the warm-up epoch apart")
-        warm.append(times[0])
-        samples.extend(times[1:] if epochs_as_samples else [statistics.median(times[1:])])
-        accs.append(summary["accuracy"])
+        job = _finished(name, run_job(lambda: command(out), out=out, timeout=timeout, env=env, retries=retries))
+        summaries.append(job.summary)
+        first, rest = _epochs(job.summary)
+        warm.append(first)
+        samples.extend(rest if epochs_as_samples else [statistics.median(rest)])
     assert job is not None
-    return Result(name, samples, warm, {"accuracy": statistics.median(accs), "steps": float(summary["steps"]),
-                                        "world_size": float(summary["world_size"]),
-                                        "global_batch": float(summary["global_batch"])},
-                  {"last_output": job.output[-3000:], "summary": summary})
+    return _result(name, samples, warm, summaries, job)
+
+
+def measure_seeds(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
+                  seeds: Sequence[int], *, timeout: float = 600, env: Mapping[str, str] | None = None,
+                  retries: int = 1) -> list["Result"]:
+    """One job that trains once per seed (``command(out)`` plus ``--seeds``): one Result per seed.
+
+    The entry point trains the seeds one after another, each from scratch, so the job pays its
+    start-up once instead of once per seed. Each Result is what ``measure_job`` gives for a job
+    of that seed alone: the median of its epochs after the first, and its accuracy.
+    """
+    if not seeds:
+        raise ValueError("measure_seeds needs at least one seed")
+    out = Path(out_dir) / f"{name}-seeds.json"
+    job = _finished(name, run_job(lambda: [[*line, "--seeds", *map(str, seeds)] for line in command(out)],
+                                  out=out, timeout=timeout, env=env, retries=retries))
+    runs = job.summary.get("seeds")
+    if not isinstance(runs, list) or len(runs) != len(seeds):
+        raise DistributedSetupError(f"job {name!r} wrote no summary per seed: is --seeds passed to "
+                                    "python -m helpers.distributed?")
+    results = []
+    for seed, summary in zip(seeds, runs):
+        first, rest = _epochs(summary)
+        results.append(_result(f"{name} seed {seed}", [statistics.median(rest)], [first], [summary], job))
+    return results
+
+
+def _finished(name: str, job: JobResult) -> JobResult:
+    if job.returncode != 0 or job.summary is None:
+        detail = job.error or job.output[-1500:]
+        raise DistributedSetupError(f"job {name!r} failed (exit {job.returncode}): {detail}")
+    return job
+
+
+def _epochs(summary: dict[str, Any]) -> tuple[float, list[float]]:
+    times = summary["epoch_times"]
+    if len(times) < 2:
+        raise DistributedSetupError("measuring a job needs --epochs >= 2 to keep the warm-up epoch apart")
+    return times[0], times[1:]
+
+
+def _result(name: str, samples: list[float], warm: list[float], summaries: list[dict[str, Any]],
+            job: JobResult) -> "Result":
+    from .measure import Result
+
+    last = summaries[-1]
+    return Result(name, samples, warm, {"accuracy": statistics.median(s["accuracy"] for s in summaries),
+                                        "steps": float(last["steps"]), "world_size": float(last["world_size"]),
+                                        "global_batch": float(last["global_batch"])},
+                  {"last_output": job.output[-3000:], "summary": last})
 
 
 def rank_lines(output: str) -> list[str]:

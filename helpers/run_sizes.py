@@ -12,6 +12,9 @@ visible at the top of each notebook and the same notebook runs in every profile.
 
 Where the data comes from is a separate switch, ``COURSE_DATA`` (``real`` or
 ``standin``). It defaults to ``standin`` in the smoke profile and ``real`` otherwise.
+
+Whether a chapter runs its optional parts is a third, ``COURSE_OPTIONAL`` (``1``, the default, or
+``0``), read by ``optional_parts()``; a notebook's ``RUN_OPTIONAL`` starts from it.
 """
 
 from __future__ import annotations
@@ -71,8 +74,26 @@ def data_source(profile: str | None = None) -> str:
     return value
 
 
+OPTIONAL_VALUES: dict[str, bool] = {"1": True, "true": True, "yes": True, "on": True,
+                                     "0": False, "false": False, "no": False, "off": False}
+
+
+def optional_parts() -> bool:
+    """Whether the chapters run their optional parts: ``COURSE_OPTIONAL`` unset, ``1``, ``true``,
+    ``yes`` or ``on`` means yes (the default); ``0``, ``false``, ``no`` or ``off`` means no, the
+    path of a reader who skips them (``make test`` runs the student copies so). Anything else
+    raises ProfileError."""
+    value = os.environ.get("COURSE_OPTIONAL", "").strip().lower()
+    if not value:
+        return True
+    if value not in OPTIONAL_VALUES:
+        raise ProfileError(f"COURSE_OPTIONAL={value!r} is not understood. Use 1 (run the optional parts) or 0 (skip them).")
+    return OPTIONAL_VALUES[value]
+
+
 def describe() -> str:
     """One line naming the profile and the data source, for notebook headers."""
     source = data_source()
     note = " (synthetic stand-in images, not the real dataset)" if source == "standin" else ""
-    return f"profile={current_profile()} data={source}{note}"
+    optional = "" if optional_parts() else " optional parts=off"
+    return f"profile={current_profile()} data={source}{note}{optional}"

@@ -80,7 +80,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 @pytest.fixture(autouse=True)
 def _clean_env(monkeypatch):
-    for var in ("COURSE_PROFILE", "COURSE_DATA", "COURSE_DATA_DIR"):
+    for var in ("COURSE_PROFILE", "COURSE_DATA", "COURSE_DATA_DIR", "COURSE_OPTIONAL"):
         monkeypatch.delenv(var, raising=False)
     torch.manual_seed(0)
 

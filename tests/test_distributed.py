@@ -92,6 +92,37 @@ def test_entry_point_in_process_sends_float32_on_its_device(monkeypatch, tmp_pat
     assert {s[0] for s in seen} == {"all_reduce", "all_gather"}
 
 
+def _one_rank_env(monkeypatch):
+    for key, value in {**JOB_ENV, "TQDM_DISABLE": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(L.free_port())}.items():
+        monkeypatch.setenv(key, value)
+
+
+def test_seeds_in_one_job_train_as_one_job_per_seed_would(monkeypatch, tmp_path):
+    """--seeds 0 1: the second run is bit for bit the run of a job started with --seed 1."""
+    threads = torch.get_num_threads()
+    try:
+        _one_rank_env(monkeypatch)
+        both = D.main([*TINY, "--no-pin", "--seeds", "0", "1", "--out", str(tmp_path / "both.json")])
+        _one_rank_env(monkeypatch)  # a new port: a new job
+        alone = D.main([*TINY, "--no-pin", "--seed", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((tmp_path / "both.json").read_text()) == both
+    first, second = both["seeds"]
+    assert (first["seed"], second["seed"], alone["seed"]) == (0, 1, 1)
+    assert second["epoch_losses"] == alone["epoch_losses"] and second["accuracy"] == alone["accuracy"]
+    assert first["epoch_losses"] != second["epoch_losses"]  # the seed does change the run
+
+
+def test_seeds_refuse_options_that_hold_one_model(monkeypatch, tmp_path, capsys):
+    _one_rank_env(monkeypatch)
+    with pytest.raises(SystemExit) as info:
+        D.main([*TINY, "--no-pin", "--seeds", "0", "1", "--checkpoint", str(tmp_path / "c.pt")])
+    assert info.value.code == D.EXIT_SETUP_ERROR
+    assert "--checkpoint holds one model: use --seed with it" in capsys.readouterr().err
+
+
 # ----- one clear message instead of a traceback per rank ------------------------------------------
 
 def test_entry_point_by_hand_without_master_fails_clearly():

@@ -264,3 +264,25 @@ def test_measure_job_protocol(tmp_path):
         L.measure_job("short", lambda out: _fake_job(out, [9.0]), tmp_path)
     with pytest.raises(DistributedSetupError, match="failed"):
         L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path, env=JOB_ENV)
+
+
+def test_measure_seeds_gives_one_result_per_seed_from_one_job(tmp_path):
+    lines = []
+
+    def job(out):
+        runs = [{"epoch_times": [9.0, 2.0 + s, 4.0 + s], "accuracy": 60.0 + s, "steps": 8, "world_size": 2,
+                 "global_batch": 64, "seed": s} for s in (3, 4)]
+        line = [sys.executable, "-c", "import json, sys; open(sys.argv[1], 'w').write(sys.argv[2]); print('done')",
+                str(out), json.dumps({"seeds": runs})]
+        lines.append(line)
+        return [line]
+
+    a, b = L.measure_seeds("arm", job, tmp_path, [3, 4])
+    assert len(lines) == 1                                   # one job for both seeds
+    assert (a.name, b.name) == ("arm seed 3", "arm seed 4")
+    assert (a.samples, a.warmup, b.samples) == ([6.0], [9.0], [7.0])  # epochs after the first, median
+    assert a.metrics == {"accuracy": 63.0, "steps": 8.0, "world_size": 2.0, "global_batch": 64.0}
+    with pytest.raises(DistributedSetupError, match="no summary per seed"):
+        L.measure_seeds("one", lambda out: _fake_job(out, [9.0, 2.0]), tmp_path, [0, 1])
+    with pytest.raises(ValueError, match="at least one seed"):
+        L.measure_seeds("none", job, tmp_path, [])

@@ -48,3 +48,17 @@ def test_normalize_ignores_case_and_spaces(raw, expected):
 def test_normalize_rejects_unknown_names():
     with pytest.raises(run_sizes.ProfileError, match="'Fast'.*smoke, workshop, full"):
         run_sizes.normalize("Fast")
+
+
+def test_optional_parts_default_on_and_switch_off(monkeypatch):
+    monkeypatch.delenv("COURSE_OPTIONAL", raising=False)
+    assert run_sizes.optional_parts() is True
+    assert "optional parts=off" not in run_sizes.describe()
+    for value, expected in [("0", False), (" OFF ", False), ("no", False), ("1", True), ("yes", True), ("", True)]:
+        monkeypatch.setenv("COURSE_OPTIONAL", value)
+        assert run_sizes.optional_parts() is expected, value
+    monkeypatch.setenv("COURSE_OPTIONAL", "0")
+    assert run_sizes.describe().endswith("optional parts=off")
+    monkeypatch.setenv("COURSE_OPTIONAL", "sometimes")
+    with pytest.raises(run_sizes.ProfileError, match="COURSE_OPTIONAL='sometimes'.*Use 1"):
+        run_sizes.optional_parts()
