@@ -222,14 +222,11 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
     from . import data, training
 
     # Everything a user can get wrong is checked before the ranks wait for each other.
-    if args.seeds is not None:
-        if not args.seeds:
-            raise DistributedSetupError("--seeds needs at least one seed, e.g. --seeds 0 1 2")
-        one_model = [o for o, v in (("--checkpoint", args.checkpoint), ("--save-weights", args.save_weights),
-                                    ("--crash-at-step", args.crash_at_step)) if v is not None]
-        if one_model:
-            raise DistributedSetupError(f"--seeds trains one model per seed, and {', '.join(one_model)} "
-                                        "holds one model: use --seed with it")
+    one_model = [o for o, v in (("--checkpoint", args.checkpoint), ("--save-weights", args.save_weights),
+                                ("--crash-at-step", args.crash_at_step)) if v is not None]
+    if args.seeds is not None and one_model:  # argparse already refuses an empty --seeds
+        raise DistributedSetupError(f"--seeds trains one model per seed, and {', '.join(one_model)} "
+                                    "holds one model: use --seed with it")
     device = training_device(args.device, info)
     backend = choose_backend(device.type, args.backend)
     cpus = pin_rank(info, args.threads or None, args.nodes_per_host) \

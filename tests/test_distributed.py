@@ -65,6 +65,13 @@ def _check_payloads(calls, device):
     assert not bad, f"collective payloads not on the training device {device} or in float64: {bad}"
 
 
+def _one_rank_env(monkeypatch):
+    """One rank of a one-rank job, as a launcher would describe it (a new port: a new job)."""
+    for key, value in {**JOB_ENV, "TQDM_DISABLE": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
+                       "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(L.free_port())}.items():
+        monkeypatch.setenv(key, value)
+
+
 def test_entry_point_in_process_sends_float32_on_its_device(monkeypatch, tmp_path):
     """The real main() on one gloo rank, every collective recorded on its way to gloo."""
     import torch.distributed as dist
@@ -79,9 +86,7 @@ def test_entry_point_in_process_sends_float32_on_its_device(monkeypatch, tmp_pat
             seen.extend((_name, t.device, t.dtype) for t in tensors)
             return _real(*args, **kwargs)
         monkeypatch.setattr(dist, name, spy)
-    for key, value in {**JOB_ENV, "TQDM_DISABLE": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                       "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(L.free_port())}.items():
-        monkeypatch.setenv(key, value)
+    _one_rank_env(monkeypatch)
     threads = torch.get_num_threads()
     try:
         summary = D.main([*TINY, "--epochs", "1", "--no-pin", "--out", str(tmp_path / "s.json")])
@@ -90,12 +95,6 @@ def test_entry_point_in_process_sends_float32_on_its_device(monkeypatch, tmp_pat
     _check_payloads(seen, torch.device("cpu"))
     assert summary is not None and summary["replicas_identical"] is True and summary["test_count"] == 128
     assert {s[0] for s in seen} == {"all_reduce", "all_gather"}
-
-
-def _one_rank_env(monkeypatch):
-    for key, value in {**JOB_ENV, "TQDM_DISABLE": "1", "RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0",
-                       "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(L.free_port())}.items():
-        monkeypatch.setenv(key, value)
 
 
 def test_seeds_in_one_job_train_as_one_job_per_seed_would(monkeypatch, tmp_path):
