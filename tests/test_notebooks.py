@@ -98,3 +98,76 @@ def test_solution_dependencies_are_found():
         "code cell 2 reads ['y'], bound only in a solution cell (empty in student copies)",
         "code cell 4 reads ['f'], bound only in a solution cell (empty in student copies)"]
     assert solution_dependencies([cell("z = 3", solution=True), cell("z = 4"), cell("print(z)")]) == []
+
+
+ROUNDS_NOTE = "interleaved rounds (order balanced for carry-over"
+
+
+def comparison_tables(text):
+    """Tables in a printed output whose note says they come from interleaved rounds: for each, the
+    data rows as lists of cells (cut at the header's dash runs) and the column index of "verdict"."""
+    lines = text.splitlines()
+    for i, dashes in enumerate(lines):
+        if i == 0 or not dashes.strip() or set(dashes) - {"-", " "}:
+            continue
+        spans = [m.span() for m in re.finditer(r"-+", dashes)]
+        header = [lines[i - 1][a:b if k < len(spans) - 1 else None].strip() for k, (a, b) in enumerate(spans)]
+        if "verdict" not in header:
+            continue
+        rows, end = [], i + 1
+        while end < len(lines) and lines[end].strip() and ROUNDS_NOTE not in lines[end]:
+            line = lines[end]
+            rows.append([line[a:b if k < len(spans) - 1 else None].strip() for k, (a, b) in enumerate(spans)])
+            end += 1
+        if end < len(lines) and ROUNDS_NOTE in lines[end]:
+            yield rows, header.index("verdict"), lines[end]
+
+
+def test_comparison_tables_are_found_and_read():
+    text = "\n".join(["title",
+                      "variant          verdict   x",
+                      "---------------  --------  --",
+                      "base             baseline  1",
+                      "A/A: base again  faster    2",
+                      "8 interleaved rounds (order balanced for carry-over, ...)."])
+    (rows, col, note), = comparison_tables(text)
+    assert rows == [["base", "baseline", "1"], ["A/A: base again", "faster", "2"]] and col == 1
+    assert note.startswith("8 interleaved")
+    assert not list(comparison_tables("variant  verdict\n-------  -------\na  b\n(no rounds note)"))
+
+
+def aa_problems(text):
+    """What breaks the A/A rule in one printed output: a table of interleaved rounds with three or more
+    measured arms and no A/A row, an A/A row with a verdict word, a note saying the A/A arm failed."""
+    problems = []
+    for rows, col, note in comparison_tables(text):
+        measured = [r for r in rows if len(r) > col and r[col] not in ("-", "")]
+        aa = [r for r in measured if r[0].startswith("A/A")]
+        if len(measured) >= 3 and not aa:
+            problems.append(f"{len(measured)} arms without an A/A row: {[r[0] for r in measured]}")
+        problems += [f"the A/A row got a verdict: {r}" for r in aa if re.match(r"(faster|slower|disturbed)", r[col])]
+        if "Disturbed:" in note:
+            problems.append("a run whose A/A arm failed (rerun it)")
+    return problems
+
+
+def test_aa_problems_are_caught():
+    table = lambda rows, note="8 interleaved rounds (order balanced for carry-over, ...).": "\n".join(
+        ["variant          verdict                   x", "---------------  ------------------------  --", *rows, note])
+    base, b = "base             baseline                  1", "b                no measurable difference  2"
+    assert aa_problems(table([base, b, "A/A: base again  no measurable difference  2"])) == []
+    assert aa_problems(table([base, b, "c                faster                    3"])) != []          # no A/A row
+    assert aa_problems(table([base, "A/A: base again  slower                    2"])) != []          # A/A verdict
+    assert aa_problems(table([base, b, "A/A: base again  no measurable difference  2"],
+                             "8 interleaved rounds (order balanced for carry-over). Disturbed: ...")) != []
+    assert aa_problems(table([base, b, "c                -                         3"])) == []          # book-only row
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_committed_comparisons_carry_a_passing_aa_arm(nb):
+    """Every committed table of interleaved rounds with three or more arms has an A/A row, no A/A row
+    carries a verdict word, and no committed run says its A/A arm failed (rerun it instead)."""
+    for cell in code_cells(nb):
+        for o in cell["outputs"]:
+            problems = aa_problems("".join(o.get("text") or o.get("data", {}).get("text/plain", "")))
+            assert not problems, f"{nb.name}: {problems}"
