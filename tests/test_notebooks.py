@@ -171,3 +171,12 @@ def test_committed_comparisons_carry_a_passing_aa_arm(nb):
         for o in cell["outputs"]:
             problems = aa_problems("".join(o.get("text") or o.get("data", {}).get("text/plain", "")))
             assert not problems, f"{nb.name}: {problems}"
+
+
+def test_the_aa_rule_reads_the_committed_tables():
+    """Guards the test above against passing vacuously: if the tables' note or layout changed, the
+    reader would find no table and every notebook would pass."""
+    found = [t for nb in NOTEBOOKS for c in code_cells(nb) for o in c["outputs"]
+             for t in comparison_tables("".join(o.get("text") or o.get("data", {}).get("text/plain", "")))]
+    assert len(found) >= 20, f"only {len(found)} tables of interleaved rounds found in the committed notebooks"
+    assert sum(any(r[0].startswith("A/A") for r in rows) for rows, _, _ in found) >= 10
