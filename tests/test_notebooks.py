@@ -1,5 +1,6 @@
 """Hygiene of the committed notebooks (their execution is tested by nbval in the same run)."""
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -180,3 +181,39 @@ def test_the_aa_rule_reads_the_committed_tables():
              for t in comparison_tables("".join(o.get("text") or o.get("data", {}).get("text/plain", "")))]
     assert len(found) >= 20, f"only {len(found)} tables of interleaved rounds found in the committed notebooks"
     assert sum(any(r[0].startswith("A/A") for r in rows) for rows, _, _ in found) >= 10
+
+
+def written_scripts(nb):
+    """The Python files a notebook writes with %%writefile: {file name: source}."""
+    out = {}
+    for cell in code_cells(nb):
+        first, _, body = "".join(cell["source"]).partition("\n")
+        if first.startswith("%%writefile") and first.strip().endswith(".py"):
+            out[first.split()[-1]] = body
+    return out
+
+
+def exit_problems(source):
+    """What is wrong with how a script that joins a process group leaves it: it must end with
+    ``dist.destroy_process_group()`` and then ``os._exit(0)`` (gloo can abort a rank in Python's
+    teardown otherwise: PyTorch issue #190489, chapter 08's point 6)."""
+    if "init_process_group" not in source:
+        return []
+    last = [ast.unparse(s) for s in ast.parse(source).body[-2:]]
+    return [] if last == ["dist.destroy_process_group()", "os._exit(0)"] else [f"ends with {last}"]
+
+
+def test_exit_problems_are_caught():
+    good = "import os\nimport torch.distributed as dist\ndist.init_process_group('gloo')\ndist.destroy_process_group()\nos._exit(0)\n"
+    assert exit_problems(good) == []
+    assert exit_problems(good.replace("os._exit(0)\n", ""))                     # teardown left to Python
+    assert exit_problems(good.replace("dist.destroy_process_group()\n", ""))   # group never left
+    assert exit_problems("print('no process group')\n") == []
+
+
+def test_scripts_that_join_a_process_group_leave_without_teardown():
+    scripts = {f"{nb.name}: {name}": src for nb in NOTEBOOKS for name, src in written_scripts(nb).items()
+               if "init_process_group" in src}
+    assert len(scripts) >= 3, f"expected chapters 08-10's DDP scripts, found {sorted(scripts)}"
+    problems = {name: p for name, src in scripts.items() for p in [exit_problems(src)] if p}
+    assert not problems, problems
