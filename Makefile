@@ -7,13 +7,14 @@
 #                     (COURSE_PROFILE=smoke|workshop|full; RESUME=latest continues an interrupted run;
 #                      CHAPTERS="01 05" runs only those chapters)
 #   make setup-ipex -- the IPEX environment (torch 2.8.0 + Intel's retired extension) for chapter 04's IPEX arms
-#   make platforms -- check that the pins resolve on Linux x86-64/aarch64, macOS arm64 and Windows x86-64
+#   make platforms -- check that the pins resolve on Linux x86-64/aarch64, macOS arm64 and Windows x86-64,
+#                     for Python 3.11, 3.12 and 3.13
 #   make doctor -- check the setup (first step when something fails); writes results/doctor.json
 #   make submit -- pack the latest run's results into one privacy-safe file for a workshop organiser
 #   make pool IN="PATHS..." OUT=DIR -- merge submissions / runs into DIR/index.md with figures
 #
-# The virtual environment lives outside the clone, keyed by a hash of the pins, so a
-# second clone or a CI run reuses it: $(VENV). Override with `make VENV=/path ...`.
+# The virtual environment lives outside the clone, keyed by the Python minor version and a hash of
+# the pins, so a second clone or a CI run on the same Python reuses it: $(VENV). Override with `make VENV=/path ...`.
 #
 # DEVICE=xpu (Intel GPUs; give it to every make command, e.g. `make lab DEVICE=xpu`): a separate
 # environment, venv-xpu-<hash>, with torch and torchvision of the pinned versions from PyTorch's
@@ -22,36 +23,71 @@
 
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -c
-PYTHON ?= $(shell command -v python3.11 || command -v python3)
-# Keyed by the pins only (requires-python, dependencies, extras, as parsed TOML), never by file
-# dates, comments or layout: a second clone, or an edit elsewhere in pyproject.toml, reuses it.
-PINS_HASH := $(shell $(PYTHON) -c 'import hashlib, json, tomllib; p = tomllib.load(open("pyproject.toml", "rb"))["project"]; print(hashlib.sha256(json.dumps([p["requires-python"], p["dependencies"], p.get("optional-dependencies", {})], sort_keys=True).encode()).hexdigest()[:12])' 2>/dev/null || echo needs-python3.11)
+# The Python that builds the environments: python3 when it is a supported version (Ubuntu 24.04: 3.12,
+# Debian 12: 3.11, Debian 13: 3.13), else the newest supported python3.X on PATH (Ubuntu 22.04's python3
+# is 3.10: python3.11). SUPPORTED_PYTHONS is requires-python in pyproject.toml (tests/test_environment.py
+# checks they agree). `make PYTHON=/path/to/python3.X ...` picks another one.
+SUPPORTED_PYTHONS := 3.11 3.12 3.13
+PYTHON_FIX := install one -- Ubuntu 24.04, Debian 12/13: sudo apt-get install python3 python3-venv python3-dev; \
+	Ubuntu 22.04: sudo apt-get install python3.11 python3.11-venv python3.11-dev; macOS: brew install python@3.13 -- \
+	or name it: make PYTHON=/path/to/python3.13 setup
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell for p in python3 python3.13 python3.12 python3.11; do \
+	"$$p" -c 'import sys; sys.exit("%d.%d" % sys.version_info[:2] not in "$(SUPPORTED_PYTHONS)".split())' 2>/dev/null \
+	&& command -v "$$p" && break; done)
+ifeq ($(PYTHON),)
+$(error No supported Python found: the course needs Python 3.11, 3.12 or 3.13 as python3 (or python3.11-3.13); $(PYTHON_FIX))
+endif
+endif
+# Stops a recipe when PYTHON (given by hand) is not a supported version.
+CHECK_PYTHON = $(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys.exit(None if v in "$(SUPPORTED_PYTHONS)".split() \
+	else "Python %s ($(PYTHON)) is not supported: the course needs 3.11, 3.12 or 3.13; $(PYTHON_FIX)" % sys.version.split()[0])'
+# The environment's key: py3.X (the Python minor version: two clones on different Pythons never share an
+# environment) and a hash of the pins only (requires-python, dependencies, extras, as parsed TOML), never of
+# file dates, comments or layout: a second clone, or an edit elsewhere in pyproject.toml, reuses it.
+ENV_KEY := $(shell $(PYTHON) -m helpers.install env-key 2>/dev/null || echo needs-a-supported-python)
 # What the editable install of helpers depends on besides the clone's folder: the package layout.
 # (Python's hashlib, not sha256sum: macOS has no sha256sum.)
 LAYOUT_HASH := $(shell sed -n '/^\[tool.setuptools/,/^\[tool.pytest/p' pyproject.toml | $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])')
 CACHE ?= $(HOME)/.cache/accelerate-course
 # The IPEX environment (torch 2.8.0 + IPEX 2.8.0, pins in pyproject's [tool.course.ipex-environment]), keyed
-# by its pins; chapter 04 finds its Python through COURSE_IPEX_PYTHON.
-IPEX_VENV ?= $(shell $(PYTHON) -m helpers.install ipex-venv --cache "$(CACHE)" 2>/dev/null || echo needs-python3.11)
+# by its pins and the Python minor version (venv-ipex-py3.X-<hash>; IPEX 2.8.0 has wheels for 3.11-3.13);
+# chapter 04 finds its Python through COURSE_IPEX_PYTHON.
+IPEX_VENV ?= $(shell $(PYTHON) -m helpers.install ipex-venv --cache "$(CACHE)" 2>/dev/null || echo needs-a-supported-python)
 export COURSE_IPEX_PYTHON := $(IPEX_VENV)/bin/python
 # make test builds the IPEX environment when CI=true or IPEX=1 (learners opt in with make setup-ipex).
 WANT_IPEX := $(if $(filter true 1,$(CI) $(IPEX)),yes,)
 DEVICE ?= cpu
 SETUP_SIZE := about 4 minutes, 8 GB
 ifeq ($(DEVICE),xpu)
-VENV ?= $(CACHE)/venv-xpu-$(PINS_HASH)
+VENV ?= $(CACHE)/venv-xpu-$(ENV_KEY)
 SETUP_SIZE := torch and torchvision from PyTorch's XPU index, no IPEX
 else ifeq ($(filter $(DEVICE),cpu cuda),)
 $(error DEVICE=$(DEVICE) has no course environment: use DEVICE=xpu for Intel GPUs, or leave DEVICE out (CPU and NVIDIA GPUs))
 endif
-VENV ?= $(CACHE)/venv-$(PINS_HASH)
+VENV ?= $(CACHE)/venv-$(ENV_KEY)
 BIN := $(VENV)/bin
 
-.PHONY: setup setup-ipex lab test unit unit-ipex student execute reproduce bench tune doctor submit pool platforms clean-venv
+.PHONY: _build-venv _build-ipex setup setup-ipex lab test unit unit-ipex student execute reproduce bench tune doctor submit pool platforms clean-venv
 
+# Two clones may run `make setup` at the same time into the one shared environment. The build runs
+# under a lock (filelock, on <venv>.lock; helpers.install build_locked): the second waits, saying so,
+# then finds .installed and reuses the environment; if the first build failed, it builds it itself.
+# The system python3 that runs this has no filelock (and a venv is not relocatable, so building in a
+# private folder and renaming it into place is no option: its scripts name their folder). So a Python
+# without filelock takes the lock through a tiny venv that holds only filelock, <cache>/.lock-tool-py3.X,
+# made once in a private folder and renamed into place in one atomic step (racing clones each make one;
+# the first rename wins, the others use it). The build itself is the internal target _build-venv.
+# The kernel releases the lock of a killed build, so it never blocks the next one.
 $(VENV)/.installed:
-	@echo "Creating the course environment in $(VENV) ($(SETUP_SIZE); first time only)"
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (found %s)" % sys.version.split()[0]'
+	@$(CHECK_PYTHON)
+	@$(PYTHON) -m helpers.install build-locked --venv "$(VENV)" --cache "$(CACHE)" -- \
+		$(SUBMAKE) --no-print-directory _build-venv PYTHON="$(PYTHON)" VENV="$(VENV)" DEVICE="$(DEVICE)" CACHE="$(CACHE)"
+
+# (make -n shows this line without running it: `make -n _build-venv` shows the build's steps.)
+SUBMAKE := $(MAKE)
+_build-venv:
+	@echo "Creating the course environment in $(VENV) ($(SETUP_SIZE); first time only) with Python $$($(PYTHON) -c 'import platform; print(platform.python_version())') ($(PYTHON))"
 	rm -rf "$(VENV)"
 	$(PYTHON) -m venv "$(VENV)"
 	"$(BIN)/python" -m pip install --quiet --upgrade pip
@@ -61,7 +97,7 @@ else
 	"$(BIN)/python" -m pip install --quiet -e ".[test]" 2>&1 | { grep -v "^WARNING: Location" || true; }
 endif
 	"$(BIN)/python" -c "import torch, torchvision, helpers"
-	touch "$@"
+	touch "$(VENV)/.installed"
 
 # The editable install points at one clone; re-point it (seconds) when the cached environment
 # was made from another clone or the package layout changed. A JupyterLab started from the
@@ -80,15 +116,20 @@ else
 endif
 	@$(PYTHON) -m helpers.install environments --cache "$(CACHE)" --keep "$(VENV)" "$(IPEX_VENV)" || true
 
-# The IPEX environment: its own pins, the course package without dependencies (editable: it follows this clone).
+# The IPEX environment: its own pins, the course package without dependencies (editable: it follows this
+# clone). Built under its lock like the default one (above).
 $(IPEX_VENV)/.installed:
+	@$(CHECK_PYTHON)
+	@$(PYTHON) -m helpers.install build-locked --venv "$(IPEX_VENV)" --cache "$(CACHE)" -- \
+		$(SUBMAKE) --no-print-directory _build-ipex PYTHON="$(PYTHON)" IPEX_VENV="$(IPEX_VENV)" CACHE="$(CACHE)"
+
+_build-ipex:
 	@echo "Creating the IPEX environment in $(IPEX_VENV) (torch 2.8.0 + IPEX 2.8.0, about 2 minutes, 7 GB; first time only)"
-	@$(PYTHON) -c 'import sys; assert sys.version_info[:2] == (3, 11), "Python 3.11 is required (found %s)" % sys.version.split()[0]'
 	rm -rf "$(IPEX_VENV)"
 	$(PYTHON) -m venv "$(IPEX_VENV)"
 	"$(IPEX_VENV)/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "^WARNING: Location" || true; }
 	"$(IPEX_VENV)/bin/python" -m helpers.install setup-ipex --project "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
-	touch "$@"
+	touch "$(IPEX_VENV)/.installed"
 
 setup-ipex: $(IPEX_VENV)/.installed
 	@if ! (cd /tmp && "$(IPEX_VENV)/bin/python" -c 'import helpers, pathlib, sys; sys.exit(pathlib.Path(helpers.__file__).resolve().parent.parent != pathlib.Path(sys.argv[1]).resolve())' "$(CURDIR)" 2>/dev/null); then \
@@ -148,7 +189,8 @@ unit: setup
 unit-ipex: setup-ipex
 	cd /tmp && COURSE_PROFILE=smoke "$(IPEX_VENV)/bin/python" -m pytest -p no:cacheprovider -q --rootdir "$(CURDIR)" $(IPEX_UNIT:%="$(CURDIR)"/%)
 
-# The pins resolve (wheels only) for Linux x86-64 and aarch64, macOS arm64 (14+) and Windows x86-64 (uv; needs the package index).
+# The pins resolve (wheels only) for Linux x86-64 and aarch64, macOS arm64 (14+) and Windows x86-64, each on
+# Python 3.11, 3.12 and 3.13, and the IPEX pins for Linux x86-64 on each (uv; needs the package index).
 platforms: setup
 	"$(BIN)/python" -m helpers.install platforms
 

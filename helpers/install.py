@@ -8,8 +8,9 @@ torch 2.14.1 (on Linux x86-64 a CUDA build, which also runs on CPUs). Three othe
   ``[tool.course.ipex-environment]``, keyed by them (``ipex_venv``) like the default one, and the
   course package installed without dependencies (``ipex_commands``).
 * **The platform check** (``make platforms``): ``uv pip compile`` resolves the default pins for
-  Linux x86-64 and aarch64, macOS arm64 and Windows x86-64 (``PLATFORMS``), so a pin without a
-  wheel somewhere fails here rather than on a learner's laptop.
+  Linux x86-64 and aarch64, macOS arm64 and Windows x86-64 (``PLATFORMS``) on every Python that
+  ``requires-python`` admits, and the IPEX pins for Linux x86-64, so that a pin without a wheel
+  somewhere fails here rather than on a learner's laptop.
 * **The XPU environment** (``make setup DEVICE=xpu``). An Intel GPU needs torch and
   torchvision of the pinned versions built for XPU, which PyTorch publishes on its own wheel
   index. This module turns the pins into that environment's install steps:
@@ -23,12 +24,16 @@ torch 2.14.1 (on Linux x86-64 a CUDA build, which also runs on CPUs). Three othe
    that the XPU build of torch requires;
 3. the course package itself with ``--no-deps`` (its metadata still names the CPU pins).
 
+Every environment's folder name carries the Python minor version (``env_key``, ``ipex_venv``), so two
+clones on different Pythons never share one; ``build-locked`` runs an environment's build under a lock
+(``build_locked``), so that two clones running ``make setup`` at once build it once.
+
 ``python -m helpers.install setup --device xpu [--dry-run]`` writes the requirement and
 constraint files into the environment's folder and runs (or prints) the commands;
 ``python -m helpers.install check --device xpu`` runs ``pip check`` and accepts only the
 differences this plan makes on purpose. ``python -m helpers.install ipex-venv`` prints the IPEX
 environment's folder, ``setup-ipex`` installs it, ``platforms`` runs the platform check.
-Standard library only: it runs with any Python 3.11 before anything is installed.
+Standard library only: it runs with any supported Python (3.11-3.13) before anything is installed.
 """
 
 from __future__ import annotations
@@ -44,7 +49,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 FROM_TORCH_INDEX: tuple[str, ...] = ("torch", "torchvision")
@@ -188,14 +193,41 @@ def ipex_pins(pyproject: Path | str = ROOT / "pyproject.toml") -> list[str]:
     return list(pins)
 
 
+def supported_pythons(pyproject: Path | str = ROOT / "pyproject.toml") -> list[str]:
+    """The minor versions ``requires-python`` admits (``">=3.11,<3.14"`` -> ``["3.11", "3.12", "3.13"]``)."""
+    spec = tomllib.loads(Path(pyproject).read_text())["project"]["requires-python"]
+    low = re.search(r">=\s*3\.(\d+)", spec)
+    high = re.search(r"<\s*3\.(\d+)", spec)
+    if not (low and high):
+        raise InstallError(f"requires-python must read '>=3.X,<3.Y' (found {spec!r})")
+    return [f"3.{m}" for m in range(int(low.group(1)), int(high.group(1)))]
+
+
+def python_tag(version: Sequence[int] | None = None) -> str:
+    """``"py3.12"`` for Python 3.12 (default: the running Python): the part of an environment's key that
+    keeps clones on different Pythons apart."""
+    major, minor = (version or sys.version_info)[:2]
+    return f"py{major}.{minor}"
+
+
+def env_key(pyproject: Path | str = ROOT / "pyproject.toml", version: Sequence[int] | None = None) -> str:
+    """The default (and XPU) environment's key, ``py3.X-<12 hex digits>``: the Python minor version and a hash
+    of the pins only (requires-python, dependencies, extras, as parsed TOML), never of dates or layout."""
+    project = tomllib.loads(Path(pyproject).read_text())["project"]
+    pins = [project["requires-python"], project["dependencies"], project.get("optional-dependencies", {})]
+    digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:12]
+    return f"{python_tag(version)}-{digest}"
+
+
 def pins_key(pins: Sequence[str]) -> str:
     """12 hex digits that change whenever a pin changes (and never for comments or layout)."""
     return hashlib.sha256(json.dumps(sorted(pins)).encode()).hexdigest()[:12]
 
 
-def ipex_venv(cache: Path | str | None = None, pyproject: Path | str = ROOT / "pyproject.toml") -> Path:
-    """The IPEX environment's folder: ``<cache>/venv-ipex-<key of its pins>``."""
-    return Path(cache or DEFAULT_CACHE) / f"venv-ipex-{pins_key(ipex_pins(pyproject))}"
+def ipex_venv(cache: Path | str | None = None, pyproject: Path | str = ROOT / "pyproject.toml",
+              version: Sequence[int] | None = None) -> Path:
+    """The IPEX environment's folder: ``<cache>/venv-ipex-py3.X-<key of its pins>`` (default: this Python's 3.X)."""
+    return Path(cache or DEFAULT_CACHE) / f"venv-ipex-{python_tag(version)}-{pins_key(ipex_pins(pyproject))}"
 
 
 def ipex_supported(system: str | None = None, machine: str | None = None) -> bool:
@@ -233,6 +265,107 @@ def folder_size(path: Path | str) -> int:
 
 
 # ----------------------------------------------------------------------------------------
+# Building a shared environment under a lock
+# ----------------------------------------------------------------------------------------
+
+def lock_path(venv: Path | str) -> Path:
+    """The lock file of an environment's build: ``<venv>.lock``, beside the folder (its build removes the folder)."""
+    venv = Path(venv)
+    return venv.with_name(venv.name + ".lock")
+
+
+def filelock_requirement(pyproject: Path | str = ROOT / "pyproject.toml") -> str:
+    """filelock as the course pins it (torch depends on it), else unpinned: what the lock tool installs."""
+    for line in course_requirements(pyproject, extras=()):
+        name, version, _ = parse_pin(line)
+        if name == "filelock":
+            return f"filelock=={version}" if version else "filelock"
+    return "filelock"
+
+
+def venv_python(venv: Path | str) -> Path:
+    """The Python of the venv in ``venv``."""
+    return Path(venv) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _make_lock_tool(folder: Path) -> None:
+    """A venv in ``folder`` with filelock only (seconds; needs the package index)."""
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    subprocess.run([str(venv_python(folder)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                    filelock_requirement()], check=True)
+
+
+def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool) -> Path:
+    """The Python of ``<cache>/.lock-tool-py3.X``, a small venv with filelock, for a bootstrap Python that lacks
+    it. Made once in a private folder and renamed into place (one atomic step), so two clones racing to
+    make it never use a half-made one: the loser removes its copy and uses the winner's."""
+    import shutil  # noqa: PLC0415
+    import tempfile  # noqa: PLC0415
+
+    cache = Path(cache)
+    final = cache / f".lock-tool-{python_tag()}"
+    if venv_python(final).exists() and subprocess.run([str(venv_python(final)), "-c", "import filelock"],
+                                                      capture_output=True).returncode == 0:
+        return venv_python(final)
+    cache.mkdir(parents=True, exist_ok=True)
+    print(f"Making the lock tool of the course environments (filelock, once per Python): {final}", flush=True)
+    private = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=cache))
+    try:
+        make(private)
+        if final.exists():  # a broken one: move it aside in one step, then remove it
+            aside = Path(tempfile.mkdtemp(prefix=final.name + ".old-", dir=cache))
+            try:
+                os.replace(final, aside / "x")
+            except OSError:
+                pass
+            shutil.rmtree(aside, ignore_errors=True)
+        try:
+            os.rename(private, final)
+        except OSError:  # another clone's went in first: use that one
+            pass
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    return venv_python(final)
+
+
+def build_locked(venv: Path | str, command: Sequence[str], say: Callable[[str], None] = print,
+                 note_every: float = 60.0) -> int:
+    """Run ``command`` (which builds ``venv`` and ends by writing ``<venv>/.installed``) while holding
+    ``<venv>.lock`` (filelock). A second caller waits, saying so, and then reuses the finished environment
+    instead of building it again; if the first build failed (no ``.installed``), it builds it itself.
+    The operating system releases the lock of a process that dies, so a killed build never blocks the next."""
+    from filelock import FileLock, Timeout  # noqa: PLC0415
+
+    venv = Path(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(lock_path(venv)))
+    waited = False
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        waited = True
+        say(f"Another `make setup` is building {venv}: waiting for it to finish, then reusing it "
+            f"(it holds {lock_path(venv)})")
+        minutes = 0.0
+        while True:
+            try:
+                lock.acquire(timeout=note_every)
+                break
+            except Timeout:
+                minutes += note_every / 60
+                say(f"... still waiting for the other build of {venv} ({minutes:.0f} min)")
+    try:
+        if (venv / ".installed").exists():
+            say(f"{venv} is ready (built by the other run): reusing it")
+            return 0
+        if waited:
+            say(f"The other run did not finish {venv}: building it here")
+        return subprocess.run(list(command)).returncode
+    finally:
+        lock.release()
+
+
+# ----------------------------------------------------------------------------------------
 # The pins on other platforms
 # ----------------------------------------------------------------------------------------
 
@@ -246,26 +379,34 @@ PLATFORMS: dict[str, str] = {
 MACOS_TARGET = "14.0"
 
 
-def platform_command(python: str, requirements: Path | str, platform_name: str) -> list[str]:
-    """``uv pip compile`` of ``requirements`` for one of ``PLATFORMS``, wheels only, Python 3.11."""
-    return [python, "-m", "uv", "pip", "compile", str(requirements), "--python-version", "3.11",
+IPEX_PLATFORM = "Linux x86-64"
+"""The one platform the IPEX environment's pins are resolved for (IPEX publishes no other CPU wheels)."""
+
+
+def platform_command(python: str, requirements: Path | str, platform_name: str, python_version: str = "3.11") -> list[str]:
+    """``uv pip compile`` of ``requirements`` for one of ``PLATFORMS`` and one Python version, wheels only."""
+    return [python, "-m", "uv", "pip", "compile", str(requirements), "--python-version", python_version,
             "--python-platform", PLATFORMS[platform_name], "--only-binary", ":all:", "--no-header",
             "--quiet", "--no-annotate"]
 
 
 def check_platforms(python: str = sys.executable, pyproject: Path | str = ROOT / "pyproject.toml",
-                    folder: Path | str | None = None) -> dict[str, str]:
-    """Resolve the default pins for every platform; returns {platform: "" if ok, else uv's error}."""
+                    folder: Path | str | None = None) -> dict[tuple[str, str, str], str]:
+    """Resolve the default pins for every platform x supported Python, and the IPEX environment's pins for
+    Linux x86-64 x every Python; returns {(environment, platform, Python): "" if ok, else uv's error}."""
     import tempfile  # noqa: PLC0415
 
     folder = Path(folder or tempfile.mkdtemp(prefix="course-platforms-"))
-    req = folder / "course-requirements.txt"
-    req.write_text("".join(f"{r}\n" for r in course_requirements(pyproject)))
+    default, ipex = folder / "course-requirements.txt", folder / "ipex-requirements.txt"
+    default.write_text("".join(f"{r}\n" for r in course_requirements(pyproject)))
+    ipex.write_text("".join(f"{r}\n" for r in ipex_pins(pyproject)))
     env = {**os.environ, "MACOSX_DEPLOYMENT_TARGET": MACOS_TARGET}
+    jobs = [("default", name, version, default) for version in supported_pythons(pyproject) for name in PLATFORMS]
+    jobs += [("IPEX", IPEX_PLATFORM, version, ipex) for version in supported_pythons(pyproject)]
     out = {}
-    for name in PLATFORMS:
-        proc = subprocess.run(platform_command(python, req, name), capture_output=True, text=True, env=env)
-        out[name] = "" if proc.returncode == 0 else tail_lines(proc.stderr or proc.stdout)
+    for kind, name, version, req in jobs:
+        proc = subprocess.run(platform_command(python, req, name, version), capture_output=True, text=True, env=env)
+        out[(kind, name, version)] = "" if proc.returncode == 0 else tail_lines(proc.stderr or proc.stdout)
     return out
 
 
@@ -286,13 +427,19 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="pip check, accepting only the differences the plan makes on purpose")
     check.add_argument("--device", choices=["xpu"], required=True)
     check.add_argument("--python", default=sys.executable)
-    venv = sub.add_parser("ipex-venv", help="print the IPEX environment's folder (keyed by its pins)")
+    sub.add_parser("env-key", help="print the default environment's key: py3.X-<hash of the pins>")
+    locked = sub.add_parser("build-locked", help="run a build command of an environment under its lock (see build_locked)")
+    locked.add_argument("--venv", required=True, help="the environment's folder; the command must write <venv>/.installed")
+    locked.add_argument("--cache", default=None, help="where the lock tool goes when this Python lacks filelock "
+                                                      "(default: the venv's parent)")
+    locked.add_argument("build", nargs=argparse.REMAINDER, help="-- then the build command")
+    venv = sub.add_parser("ipex-venv", help="print the IPEX environment's folder (keyed by its pins and this Python)")
     venv.add_argument("--cache", default=None, help=f"where the environments live (default {DEFAULT_CACHE})")
     ipex = sub.add_parser("setup-ipex", help="install the IPEX environment into the venv of --python")
     ipex.add_argument("--python", default=sys.executable)
     ipex.add_argument("--project", default=str(ROOT))
     ipex.add_argument("--dry-run", action="store_true")
-    sub.add_parser("platforms", help="resolve the default pins for Linux x86-64/aarch64, macOS arm64, Windows")
+    sub.add_parser("platforms", help="resolve the pins for Linux x86-64/aarch64, macOS arm64, Windows x every Python")
     envs = sub.add_parser("environments", help="list the course environments in the cache, or remove them")
     envs.add_argument("--cache", default=None)
     envs.add_argument("--keep", nargs="*", default=[], help="folders that are in use (listed as such)")
@@ -300,8 +447,27 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _build_locked_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
+    command = args.build[1:] if args.build[:1] == ["--"] else args.build
+    if not command:
+        raise InstallError("build-locked needs the build command after --")
+    try:
+        import filelock  # noqa: F401, PLC0415
+    except ImportError:  # the bootstrap Python (python3 of the system): take the lock with the lock tool's
+        tool = lock_tool(args.cache or Path(args.venv).parent)
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+        return subprocess.run([str(tool), "-m", "helpers.install", *argv], env=env).returncode
+    return build_locked(args.venv, command, say=lambda line: print(line, flush=True))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    if args.command == "env-key":
+        print(env_key())
+        return 0
+    if args.command == "build-locked":
+        return _build_locked_main(args, argv)
     if args.command == "ipex-venv":
         print(ipex_venv(args.cache))
         return 0
@@ -333,12 +499,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "platforms":
         failed = {}
-        for name, error in check_platforms().items():
-            print(f"{name:<28} {'resolves' if not error else 'FAILS'}", flush=True)
+        for (kind, name, version), error in check_platforms().items():
+            label = f"{kind + ' pins,':<14}{name:<28} Python {version}"
+            print(f"{label:<58} {'resolves' if not error else 'FAILS'}", flush=True)
             if error:
-                failed[name] = error
-        for name, error in failed.items():
-            print(f"\n{name}:\n  " + error.replace("\n", "\n  "), file=sys.stderr)
+                failed[label] = error
+        for label, error in failed.items():
+            print(f"\n{label}:\n  " + error.replace("\n", "\n  "), file=sys.stderr)
         return 1 if failed else 0
     plan = xpu_plan()
     if args.command == "setup":

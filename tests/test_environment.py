@@ -1,6 +1,7 @@
 """The pinned environment and the package build: pyproject.toml, environment.yml, the Makefile."""
 
 import re
+import shutil
 import subprocess
 import tomllib
 from pathlib import Path
@@ -37,7 +38,9 @@ def _yml_pip_requirements():
 def test_pyproject_and_environment_yml_pin_the_same_versions_and_markers():
     env, yml, options = _yml_pip_requirements()
     assert _pins(yml) == _pins(_project_requirements())
-    assert "python=3.11" in env["dependencies"] and "-e ." in options
+    assert "-e ." in options
+    # conda's Python: the versions requires-python admits
+    assert PYPROJECT["project"]["requires-python"] == ">=3.11,<3.14" and "python>=3.11,<3.14" in env["dependencies"]
 
 
 PLATFORMS = {  # marker values of the four platforms the pins must install on
@@ -83,7 +86,7 @@ def test_ipex_environment_is_keyed_by_its_pins_and_built_by_make():
     assert re.search(r"^test: setup student \$\(if \$\(WANT_IPEX\),setup-ipex\)", makefile, re.M)
     pins = install.ipex_pins()
     folder = install.ipex_venv("/cache")
-    assert folder.parent == Path("/cache") and folder.name == f"venv-ipex-{install.pins_key(pins)}"
+    assert folder.parent == Path("/cache") and folder.name == f"venv-ipex-{install.python_tag()}-{install.pins_key(pins)}"
     assert install.pins_key(list(reversed(pins))) == install.pins_key(pins)
     assert install.pins_key(pins + ["six==1.16.0"]) != install.pins_key(pins)
 
@@ -101,8 +104,9 @@ def test_every_helpers_folder_is_packaged_with_its_data():
 
 def test_venv_is_keyed_by_the_pins_not_by_file_dates():
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^VENV \?= \$\(CACHE\)/venv-\$\(PINS_HASH\)$", makefile, re.M)
-    assert re.search(r"^VENV \?= \$\(CACHE\)/venv-xpu-\$\(PINS_HASH\)$", makefile, re.M)
+    assert re.search(r"^VENV \?= \$\(CACHE\)/venv-\$\(ENV_KEY\)$", makefile, re.M)
+    assert re.search(r"^VENV \?= \$\(CACHE\)/venv-xpu-\$\(ENV_KEY\)$", makefile, re.M)
+    assert re.search(r"^ENV_KEY := \$\(shell \$\(PYTHON\) -m helpers.install env-key ", makefile, re.M)
     installed = re.search(r"^\$\(VENV\)/\.installed:(.*)$", makefile, re.M)
     assert installed and installed.group(1).strip() == "", "the environment must not depend on any file's date"
 
@@ -117,21 +121,90 @@ def test_ci_calls_the_readme_test_command():
 
 # ---- make setup DEVICE=xpu (the install plan itself: test_install.py) ----
 
-def _make_n(tmp_path, *args):
-    return subprocess.run(["make", "-n", "setup", f"CACHE={tmp_path}", *args], cwd=ROOT, capture_output=True, text=True)
+def _make_n(tmp_path, *args, target="setup"):
+    return subprocess.run(["make", "-n", target, f"CACHE={tmp_path}", *args], cwd=ROOT, capture_output=True, text=True)
 
 
 def test_make_setup_device_xpu_uses_its_own_venv_and_the_install_plan(tmp_path):
+    from helpers import install
+
     xpu = _make_n(tmp_path, "DEVICE=xpu")
     assert xpu.returncode == 0, xpu.stderr
-    assert f"{tmp_path}/venv-xpu-" in xpu.stdout
-    assert "-m helpers.install setup --device xpu" in xpu.stdout and "-m helpers.install check --device xpu" in xpu.stdout
-    assert '.[test]' not in xpu.stdout and "-m pip check" not in xpu.stdout
+    key = install.env_key()
+    assert f"--venv \"{tmp_path}/venv-xpu-{key}\"" in xpu.stdout and "-m helpers.install check --device xpu" in xpu.stdout
+    build = _make_n(tmp_path, "DEVICE=xpu", target="_build-venv")
+    assert "-m helpers.install setup --device xpu" in build.stdout and '.[test]' not in build.stdout
+    assert "-m pip check" not in xpu.stdout
     default = _make_n(tmp_path)
-    assert default.returncode == 0 and "-m pip install --quiet -e \".[test]\"" in default.stdout
+    assert default.returncode == 0 and f"{tmp_path}/venv-{key}" in default.stdout  # same pins, different environment
+    assert "-m pip install --quiet -e \".[test]\"" in _make_n(tmp_path, target="_build-venv").stdout
     assert "helpers.install setup" not in default.stdout and "venv-xpu-" not in default.stdout
     assert "helpers.install environments" in default.stdout   # setup names older environments it finds
-    key = re.search(r"venv-xpu-([0-9a-f]{12})", xpu.stdout).group(1)
-    assert f"{tmp_path}/venv-{key}" in default.stdout  # same pins, different environment
     wrong = _make_n(tmp_path, "DEVICE=rocm")
     assert wrong.returncode != 0 and "DEVICE=rocm has no course environment" in wrong.stderr
+
+
+# ---- the Python that builds the environments, and the build's lock ----
+
+def test_makefile_supports_the_pythons_of_requires_python():
+    from helpers import install
+
+    makefile = (ROOT / "Makefile").read_text()
+    supported = re.search(r"^SUPPORTED_PYTHONS := (.*)$", makefile, re.M).group(1).split()
+    assert supported == install.supported_pythons() == ["3.11", "3.12", "3.13"]
+    assert "3, 11)" not in makefile and "needs-python3.11" not in makefile  # no assert left that pins one version
+    # both builds check the Python first, then run under their lock
+    for target, internal in (("$(VENV)", "_build-venv"), ("$(IPEX_VENV)", "_build-ipex")):
+        recipe = makefile.split(f"\n{target}/.installed:\n", 1)[1].split("\n\n", 1)[0]
+        assert recipe.splitlines()[0] == "\t@$(CHECK_PYTHON)", recipe
+        assert f"-m helpers.install build-locked --venv \"{target}\"" in recipe and f"$(SUBMAKE) --no-print-directory {internal}" in recipe
+    assert re.search(r"^\trm -rf \"\$\(VENV\)\"$", makefile, re.M).start() > makefile.index("\n_build-venv:")
+
+
+def _make(tmp_path, path, *args, target="setup"):
+    """make -n with PATH=path only (make and bash by their full paths)."""
+    return subprocess.run(["/usr/bin/env", "-i", f"HOME={tmp_path}", f"PATH={path}", shutil.which("make"), "-n", target,
+                           f"CACHE={tmp_path}", *args], cwd=ROOT, capture_output=True, text=True)
+
+
+def _fake_python(folder, name, version):
+    """A python named ``name`` in ``folder`` that says it is ``version`` (a sitecustomize sets sys.version_info)."""
+    import sys
+
+    site = folder / f"site-{version[0]}.{version[1]}"
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "sitecustomize.py").write_text(f"import sys\nsys.version_info = {(*version, 0, 'final', 0)!r}\n"
+                                           f"sys.version = '{version[0]}.{version[1]}.0 (stand-in)'\n")
+    script = folder / name
+    script.write_text(f"#!/bin/sh\nPYTHONPATH={site} exec {sys.executable} \"$@\"\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_make_picks_python3_when_supported_else_the_newest_python3_x_else_says_what_to_install(tmp_path):
+    bins = tmp_path / "bin"
+    for tool in ("bash", "sed", "cat", "env"):
+        bins.mkdir(exist_ok=True)
+        (bins / tool).symlink_to(shutil.which(tool))
+    _fake_python(bins, "python3", (3, 12))
+    _fake_python(bins, "python3.11", (3, 11))
+    picked = _make(tmp_path, bins)
+    assert picked.returncode == 0, picked.stderr
+    assert f"{bins}/python3 -m helpers.install build-locked" in picked.stdout
+    _fake_python(bins, "python3", (3, 10))    # Ubuntu 22.04: python3 is 3.10, python3.11 installed beside it
+    picked = _make(tmp_path, bins)
+    assert picked.returncode == 0 and f"{bins}/python3.11 -m helpers.install build-locked" in picked.stdout
+    (bins / "python3.11").unlink()
+    none = _make(tmp_path, bins)
+    assert none.returncode != 0 and "No supported Python found: the course needs Python 3.11, 3.12 or 3.13" in none.stderr
+    assert "sudo apt-get install python3 python3-venv python3-dev" in none.stderr and "make PYTHON=" in none.stderr
+
+
+def test_an_unsupported_python_given_by_hand_stops_the_build_with_the_fix(tmp_path):
+    old = _fake_python(tmp_path / "bin", "python3", (3, 10))
+    for target in ("setup", "setup-ipex"):
+        proc = subprocess.run(["make", target, f"PYTHON={old}", f"CACHE={tmp_path / 'cache'}"], cwd=ROOT,
+                              capture_output=True, text=True)
+        assert proc.returncode != 0 and f"Python 3.10.0 ({old}) is not supported: the course needs 3.11, 3.12 or 3.13; " \
+            "install one -- Ubuntu 24.04, Debian 12/13: sudo apt-get install python3 python3-venv python3-dev" in proc.stderr
+        assert not (tmp_path / "cache").exists()   # stopped before anything was made

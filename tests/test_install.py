@@ -2,8 +2,12 @@
 environment and the platform check, made from pyproject.toml's pins (no network here). The
 Makefile's use of it: test_environment.py."""
 
+import os
+import shutil
+import signal
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -134,7 +138,7 @@ def test_main_check_accepts_the_planned_differences_only(monkeypatch, capsys):
 def test_ipex_environment_pins_key_and_commands(tmp_path):
     pins = install.ipex_pins()
     assert "torch==2.8.0" in pins and "intel-extension-for-pytorch==2.8.0" in pins
-    assert install.ipex_venv(tmp_path).name == f"venv-ipex-{install.pins_key(pins)}"
+    assert install.ipex_venv(tmp_path).name == f"venv-ipex-{install.python_tag()}-{install.pins_key(pins)}"
     cmds = install.ipex_commands("/ipex/bin/python", pins, project="/clone")
     pip = ["/ipex/bin/python", "-m", "pip", "install", "--quiet"]
     assert cmds[0] == pip + pins and cmds[1] == pip + ["--no-deps", "-e", "/clone"]
@@ -154,25 +158,57 @@ def test_ipex_is_offered_on_linux_x86_64_only():
     assert not install.ipex_supported("Windows", "AMD64")
 
 
-def test_platform_check_resolves_every_platform_and_reports_failures(monkeypatch, tmp_path):
+def test_platform_check_resolves_every_platform_and_python_and_reports_failures(monkeypatch, tmp_path):
     seen = []
 
     def fake_run(cmd, **kwargs):
         seen.append((cmd, kwargs["env"].get("MACOSX_DEPLOYMENT_TARGET")))
-        fails = cmd[cmd.index("--python-platform") + 1] == "aarch64-manylinux_2_28"
+        fails = cmd[cmd.index("--python-platform") + 1] == "aarch64-manylinux_2_28" and "3.13" in cmd
         return subprocess.CompletedProcess(cmd, 1 if fails else 0, stdout="",
                                            stderr="x\nBecause openvino has no wheels with a matching platform tag" if fails else "")
 
     monkeypatch.setattr(install.subprocess, "run", fake_run)
     got = install.check_platforms("/venv/bin/python", folder=tmp_path)
-    assert list(got) == list(install.PLATFORMS) and len(seen) == 4
-    assert got["Linux aarch64"].endswith("matching platform tag") and not got["macOS arm64 (14 or later)"]
+    versions = install.supported_pythons()
+    assert versions == ["3.11", "3.12", "3.13"] and len(seen) == len(got) == 4 * 3 + 3
+    assert [k for k in got if k[0] == "default"] == [("default", name, v) for v in versions for name in install.PLATFORMS]
+    assert [k for k in got if k[0] == "IPEX"] == [("IPEX", "Linux x86-64", v) for v in versions]
+    assert got[("default", "Linux aarch64", "3.13")].endswith("matching platform tag")
+    assert [k for k, error in got.items() if error] == [("default", "Linux aarch64", "3.13")]
     cmd = seen[0][0]
     assert cmd[:5] == ["/venv/bin/python", "-m", "uv", "pip", "compile"] and "--only-binary" in cmd
     assert cmd[cmd.index("--python-version") + 1] == "3.11" and seen[0][1] == install.MACOS_TARGET
+    assert seen[-1][0][seen[-1][0].index("--python-version") + 1] == "3.13"
+    assert seen[-1][0][5] == str(tmp_path / "ipex-requirements.txt")
     assert (tmp_path / "course-requirements.txt").read_text().splitlines() == install.course_requirements()
+    assert (tmp_path / "ipex-requirements.txt").read_text().splitlines() == install.ipex_pins()
     monkeypatch.setattr(install, "check_platforms", lambda: got)
     assert install.main(["platforms"]) == 1
+
+
+def test_supported_pythons_key_every_environment(tmp_path):
+    assert install.supported_pythons() == ["3.11", "3.12", "3.13"]
+    loose = tmp_path / "pyproject.toml"
+    loose.write_text('[project]\nname = "x"\nrequires-python = ">=3.12,<3.15"\ndependencies = []\n')
+    assert install.supported_pythons(loose) == ["3.12", "3.13", "3.14"]
+    loose.write_text('[project]\nname = "x"\nrequires-python = "~=3.11"\ndependencies = []\n')
+    with pytest.raises(install.InstallError, match="requires-python must read"):
+        install.supported_pythons(loose)
+    assert install.python_tag((3, 12, 1)) == "py3.12" and install.python_tag() == f"py3.{sys.version_info[1]}"
+    key11, key13 = install.env_key(version=(3, 11)), install.env_key(version=(3, 13, 0))
+    assert key11.startswith("py3.11-") and key13.startswith("py3.13-") and key11[7:] == key13[7:]
+    assert len(key11[7:]) == 12 and install.env_key() == install.env_key(version=sys.version_info)
+    ipex11, ipex13 = install.ipex_venv(tmp_path, version=(3, 11)), install.ipex_venv(tmp_path, version=(3, 13))
+    assert ipex11.name == f"venv-ipex-py3.11-{install.pins_key(install.ipex_pins())}" and ipex11 != ipex13
+
+
+def test_env_key_follows_the_pins_only(tmp_path):
+    text = (ROOT / "pyproject.toml").read_text()
+    copy = tmp_path / "pyproject.toml"
+    copy.write_text("# a comment\n" + text.replace('description = "', 'description = "Other: '))
+    assert install.env_key(copy) == install.env_key()
+    copy.write_text(text.replace('"tqdm==4.70.1"', '"tqdm==4.70.2"'))
+    assert install.env_key(copy) != install.env_key()
 
 
 def test_course_environments_are_listed_and_removed_with_their_size(tmp_path, capsys):
@@ -190,3 +226,129 @@ def test_course_environments_are_listed_and_removed_with_their_size(tmp_path, ca
     assert install.main(["environments", "--cache", str(tmp_path), "--remove"]) == 0
     assert "removed 3 course environment(s)" in capsys.readouterr().out
     assert install.course_environments(tmp_path) == [] and (tmp_path / "not-an-env").is_dir()
+
+
+# ---- the shared environment's build under a lock (make setup, make setup-ipex) ----
+
+# A stand-in for the 8 GB build: says it started, waits, counts itself, writes .installed (or fails: FAIL=1).
+FAKE_BUILD = """
+import os, pathlib, sys, time
+venv, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
+(log.parent / "started").touch()
+time.sleep(float(os.environ.get("SLEEP", "2")))
+with log.open("a") as f:
+    f.write(f"built by {os.getpid()}\\n")
+if os.environ.get("FAIL"):
+    sys.exit(3)
+venv.mkdir(parents=True, exist_ok=True)
+(venv / ".installed").touch()
+"""
+
+
+def _build_locked(venv, log, python=sys.executable, flags=(), **env):
+    return subprocess.Popen([python, *flags, "-m", "helpers.install", "build-locked", "--venv", str(venv),
+                             "--cache", str(venv.parent), "--", sys.executable, "-c", FAKE_BUILD, str(venv), str(log)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, **env}, start_new_session=True)
+
+
+def _wait_for(path, seconds=30.0):
+    end = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < end, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_two_setups_at_once_build_the_environment_once_and_the_second_reuses_it(tmp_path):
+    venv, log = tmp_path / "cache" / "venv-py3.11-abc", tmp_path / "builds.log"
+    first = _build_locked(venv, log)
+    _wait_for(tmp_path / "started")           # the first one holds the lock and is building
+    second = _build_locked(venv, log)
+    out1, out2 = first.communicate(timeout=60)[0], second.communicate(timeout=60)[0]
+    assert first.returncode == 0 and second.returncode == 0, out1 + out2
+    assert len(log.read_text().splitlines()) == 1, "built twice"
+    assert (venv / ".installed").is_file() and install.lock_path(venv) == venv.with_name("venv-py3.11-abc.lock")
+    assert "Another `make setup` is building" in out2 and "waiting for it to finish" in out2
+    assert f"{venv} is ready (built by the other run): reusing it" in out2
+    assert "waiting" not in out1
+
+
+def test_a_failed_or_killed_build_leaves_the_next_one_to_build(tmp_path):
+    venv, log = tmp_path / "venv-x", tmp_path / "builds.log"
+    failing = _build_locked(venv, log, FAIL="1", SLEEP="1.5")
+    _wait_for(tmp_path / "started")
+    waiting = _build_locked(venv, log, SLEEP="0")
+    out = waiting.communicate(timeout=60)[0]
+    assert failing.wait(timeout=60) == 3 and waiting.returncode == 0, out
+    assert "did not finish" in out and "building it here" in out and len(log.read_text().splitlines()) == 2
+    # kill -9 in the middle of a build: the kernel drops the lock, the next build does not hang
+    (tmp_path / "started").unlink()
+    venv2 = tmp_path / "venv-y"
+    killed = _build_locked(venv2, log, SLEEP="60")
+    _wait_for(tmp_path / "started")
+    os.killpg(killed.pid, signal.SIGKILL)  # the build-locked process and its build, as a killed make's group
+    killed.communicate(timeout=10)
+    start, said = time.monotonic(), []
+    rc = install.build_locked(venv2, [sys.executable, "-c", FAKE_BUILD, str(venv2), str(log)], say=said.append)
+    assert rc == 0 and (venv2 / ".installed").is_file() and time.monotonic() - start < 30
+    assert not any("waiting" in line for line in said), said
+
+
+def test_build_locked_needs_a_command(tmp_path, capsys):
+    with pytest.raises(install.InstallError, match="needs the build command"):
+        install.main(["build-locked", "--venv", str(tmp_path / "v"), "--"])
+    assert install.build_locked(tmp_path / "v", [sys.executable, "-c", "raise SystemExit(5)"], say=print) == 5
+
+
+def _fake_lock_tool(folder):
+    """A stand-in for the small filelock venv: a bin/python that runs this test's Python (which has filelock)."""
+    python = install.venv_python(folder)
+    python.parent.mkdir(parents=True)
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} \"$@\"\n")
+    python.chmod(0o755)
+
+
+def test_a_python_without_filelock_takes_the_lock_through_the_lock_tool(tmp_path):
+    """make runs build-locked with the system python3, which has no filelock (-S here: no site-packages)."""
+    cache = tmp_path / "cache"
+    _fake_lock_tool(cache / f".lock-tool-{install.python_tag()}")
+    venv, log = cache / "venv-z", tmp_path / "builds.log"
+    proc = _build_locked(venv, log, flags=("-S",), SLEEP="0")
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0, out
+    assert (venv / ".installed").is_file() and len(log.read_text().splitlines()) == 1
+
+
+def test_lock_tool_is_made_once_in_a_private_folder_and_renamed_into_place(tmp_path):
+    made = []
+
+    def make(folder):
+        made.append(folder)
+        assert folder.parent == tmp_path and folder.name.startswith(f".lock-tool-{install.python_tag()}.tmp-")
+        _fake_lock_tool(folder)
+
+    python = install.lock_tool(tmp_path, make=make)
+    assert python == install.venv_python(tmp_path / f".lock-tool-{install.python_tag()}") and python.is_file()
+    assert install.lock_tool(tmp_path, make=make) == python and len(made) == 1  # made once
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".lock-tool-{install.python_tag()}"]  # nothing left over
+
+    other = tmp_path / "other"
+
+    def race(folder):  # another clone renames its copy into place while this one is making its own
+        _fake_lock_tool(folder)
+        _fake_lock_tool(other / f".lock-tool-{install.python_tag()}")
+        os.rename(other / f".lock-tool-{install.python_tag()}", other / "won")
+
+    shutil.rmtree(tmp_path / f".lock-tool-{install.python_tag()}")
+    (tmp_path / f".lock-tool-{install.python_tag()}").mkdir()  # a broken one (no python): replaced
+    assert install.lock_tool(tmp_path, make=race).is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [f".lock-tool-{install.python_tag()}", "other"]
+
+
+def test_filelock_requirement_follows_the_pins(tmp_path):
+    pins = [install.parse_pin(p) for p in install.course_requirements(extras=())]
+    pinned = [v for n, v, _ in pins if n == "filelock"]
+    assert install.filelock_requirement() == (f"filelock=={pinned[0]}" if pinned else "filelock")
+    copy = tmp_path / "pyproject.toml"
+    copy.write_text('[project]\nname = "x"\ndependencies = ["filelock==3.20.0", "torch==2.14.1"]\n')
+    assert install.filelock_requirement(copy) == "filelock==3.20.0"
