@@ -247,7 +247,8 @@ def ipex_commands(python: str, pins: Sequence[str], project: Path | str = ROOT) 
 
 
 def course_environments(cache: Path | str | None = None) -> list[Path]:
-    """Every course environment in ``cache``: the folders ``venv-*`` (default, IPEX, XPU; any pins)."""
+    """Every course environment in ``cache``: the folders ``venv-*`` (default, IPEX, XPU; any pins and Python),
+    links to them included (an environment renamed when its key changed keeps its old name as a link)."""
     folder = Path(cache or DEFAULT_CACHE)
     return sorted(p for p in folder.glob("venv-*") if p.is_dir()) if folder.is_dir() else []
 
@@ -488,6 +489,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.remove:
             freed = 0
             for env in found:
+                if env.is_symlink():  # an old name kept for a renamed environment: the link only
+                    env.unlink()
+                    continue
                 freed += folder_size(env)
                 shutil.rmtree(env, ignore_errors=True)
             print(f"removed {len(found)} course environment(s), {freed / 1e9:.1f} GB freed")

@@ -216,16 +216,19 @@ def test_course_environments_are_listed_and_removed_with_their_size(tmp_path, ca
         (tmp_path / name / "lib").mkdir(parents=True)
         (tmp_path / name / "lib" / "x.so").write_bytes(b"0" * 1000)
     (tmp_path / "not-an-env").mkdir()
+    (tmp_path / "venv-aaa.lock").touch()                       # a build's lock file: not an environment
+    (tmp_path / "venv-old-name").symlink_to(tmp_path / "venv-aaa")   # a renamed environment's old name
     found = install.course_environments(tmp_path)
-    assert [p.name for p in found] == ["venv-aaa", "venv-ipex-bbb", "venv-xpu-ccc"]
+    assert [p.name for p in found] == ["venv-aaa", "venv-ipex-bbb", "venv-old-name", "venv-xpu-ccc"]
     assert install.folder_size(tmp_path / "venv-aaa") == 1000
     assert install.course_environments(tmp_path / "absent") == []
     assert install.main(["environments", "--cache", str(tmp_path), "--keep", str(tmp_path / "venv-aaa")]) == 0
     out = capsys.readouterr().out
     assert "2 other course environment(s)" in out and "venv-ipex-bbb, venv-xpu-ccc" in out and "venv-aaa," not in out
     assert install.main(["environments", "--cache", str(tmp_path), "--remove"]) == 0
-    assert "removed 3 course environment(s)" in capsys.readouterr().out
+    assert "removed 4 course environment(s), 0.0 GB freed" in capsys.readouterr().out
     assert install.course_environments(tmp_path) == [] and (tmp_path / "not-an-env").is_dir()
+    assert not (tmp_path / "venv-old-name").is_symlink()
 
 
 # ---- the shared environment's build under a lock (make setup, make setup-ipex) ----
