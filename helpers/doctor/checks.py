@@ -22,23 +22,43 @@ CORE_PACKAGES: frozenset[str] = frozenset({"torch", "torchvision", "matplotlib",
 
 # --- judging the facts ------------------------------------------------------------------------
 
-def check_python(version: Sequence[int], requires: str | None, prefix: str = "", course_env: bool = True) -> Check:
-    """Python version against the package's ``Requires-Python``; which environment runs it."""
+def supported_minors(requires: str | None) -> list[str]:
+    """The Python minor versions ``requires`` admits (``">=3.11,<3.14"`` -> ``["3.11", "3.12", "3.13"]``)."""
+    if not requires:
+        return []
+    from packaging.specifiers import SpecifierSet
+
+    spec = SpecifierSet(requires)
+    return [f"3.{m}" for m in range(8, 30) if spec.contains(f"3.{m}.0") or spec.contains(f"3.{m}.99")]
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
+
+
+def check_python(version: Sequence[int], requires: str | None, prefix: str = "", course_env: bool = True,
+                 executable: str = "") -> Check:
+    """The Python that runs the doctor (version, path) against the package's ``Requires-Python``, and
+    which environment it is."""
     text = ".".join(str(v) for v in version[:3])
+    found = f"Python {text}" + (f" ({executable})" if executable else "")
     where = "" if course_env else f" (not the course environment: {prefix})"
+    supported = supported_minors(requires)
+    names = _listed(supported) if supported else "3.11"
+    install = (f"install Python {names} (the README's Prerequisites: on Ubuntu 24.04 and Debian 12/13 the system "
+               "python3) and run `make setup`")
     if tuple(version[:2]) < (3, 10):
-        return Check("python", "fail", f"Python {text} is too old for the course's torch{where}",
-                     "install Python 3.11 and run `make setup`")
+        return Check("python", "fail", f"{found} is too old for the course's torch{where}", install)
     if requires:
         from packaging.specifiers import SpecifierSet
 
         if text not in SpecifierSet(requires):
-            return Check("python", "warn", f"Python {text}; the course's pins were made for {requires}{where}",
-                         "use Python 3.11 (`make setup` builds the environment with it)")
+            return Check("python", "warn", f"{found} is not supported: the course's pins install on Python {names} "
+                         f"(requires-python {requires}){where}", install)
     if not course_env:
-        return Check("python", "warn", f"Python {text}{where}",
+        return Check("python", "warn", f"{found}, supported{where}",
                      "run the course from its environment: `make doctor`, or the venv's own python")
-    return _ok("python", f"Python {text} ({requires or 'no requirement'})")
+    return _ok("python", f"{found}, supported ({'the course supports ' + names if supported else 'no requirement'})")
 
 
 def check_pins(pins: Sequence[dict[str, Any]]) -> Check:
@@ -279,7 +299,8 @@ def check_parity(results: Sequence[Any], accelerators: Sequence[str]) -> list[Ch
 def judge(facts: dict[str, Any]) -> list[Check]:
     """Every check, from facts shaped like ``gather()``'s (missing facts are skipped)."""
     py = facts["python"]
-    checks = [check_python(py["version"], py.get("requires"), py.get("prefix", ""), py.get("course_env", True)),
+    checks = [check_python(py["version"], py.get("requires"), py.get("prefix", ""), py.get("course_env", True),
+                           py.get("executable", "")),
               check_pins(facts.get("pins", [])), check_torch_build(facts.get("torch", {}))]
     if "fingerprint" not in facts:
         return checks

@@ -285,7 +285,7 @@ def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 
         requires = metadata.metadata(DIST_NAME).get("Requires-Python")
     except metadata.PackageNotFoundError:
         requires = None
-    facts["python"] = {"version": list(sys.version_info[:3]), "requires": requires,
+    facts["python"] = {"version": list(sys.version_info[:3]), "requires": requires, "executable": sys.executable,
                        "prefix": sys.prefix, "course_env": _course_env()}
     facts["pins"] = pinned_requirements()
     facts["platform"] = platform_facts()

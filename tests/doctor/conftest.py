@@ -5,7 +5,8 @@ import pytest
 
 def _fake_facts(**over):
     facts = {
-        "python": {"version": [3, 11, 7], "requires": ">=3.11,<3.12", "prefix": "/env", "course_env": True},
+        "python": {"version": [3, 11, 7], "requires": ">=3.11,<3.14", "prefix": "/env", "course_env": True,
+                   "executable": "/env/bin/python"},
         "pins": [{"name": "torch", "spec": "==2.8.0", "installed": "2.8.0", "matches": True}],
         "torch": {"version": "2.8.0", "cuda": None, "xpu": False},
         "fingerprint": {"cpu_model": "Fake CPU", "sockets": 1, "physical_cores": 4, "logical_cores": 8,

@@ -14,12 +14,26 @@ def statuses(check):
 
 
 def test_python_each_status():
-    assert doctor.check_python((3, 11, 7), ">=3.11,<3.12").status == "ok"
-    warn = doctor.check_python((3, 12, 1), ">=3.11,<3.12")
-    assert warn.status == "warn" and "3.12.1" in warn.message and "3.11" in warn.fix
-    assert doctor.check_python((3, 11, 7), ">=3.11", "/usr", course_env=False).status == "warn"
-    fail = doctor.check_python((3, 8, 10), ">=3.11")
-    assert fail.status == "fail" and "too old" in fail.message
+    ok = doctor.check_python((3, 13, 0), ">=3.11,<3.14", executable="/c/venv-py3.13-x/bin/python")
+    assert statuses(ok) == ("ok", "Python 3.13.0 (/c/venv-py3.13-x/bin/python), supported (the course supports "
+                                  "3.11, 3.12 or 3.13)", "")
+    assert doctor.check_python((3, 11, 7), ">=3.11,<3.14").status == "ok"
+    warn = doctor.check_python((3, 14, 0), ">=3.11,<3.14", executable="/usr/bin/python3")
+    assert statuses(warn) == ("warn", "Python 3.14.0 (/usr/bin/python3) is not supported: the course's pins install "
+                                      "on Python 3.11, 3.12 or 3.13 (requires-python >=3.11,<3.14)",
+                              "install Python 3.11, 3.12 or 3.13 (the README's Prerequisites: on Ubuntu 24.04 and "
+                              "Debian 12/13 the system python3) and run `make setup`")
+    other_env = doctor.check_python((3, 12, 3), ">=3.11,<3.14", "/usr", course_env=False)
+    assert other_env.status == "warn" and "Python 3.12.3, supported (not the course environment: /usr)" == other_env.message
+    fail = doctor.check_python((3, 8, 10), ">=3.11,<3.14")
+    assert fail.status == "fail" and "too old" in fail.message and "3.11, 3.12 or 3.13" in fail.fix
+
+
+def test_supported_minors_follow_requires_python():
+    checks = doctor
+    assert checks.supported_minors(">=3.11,<3.14") == ["3.11", "3.12", "3.13"]
+    assert checks.supported_minors(">=3.11,<3.12") == ["3.11"] and checks.supported_minors(None) == []
+    assert checks.supported_minors(">=3.12")[:2] == ["3.12", "3.13"]
 
 
 def test_pins_each_status():

@@ -30,6 +30,7 @@ def test_gather_collects_this_machines_facts(monkeypatch):
     monkeypatch.setenv("COURSE_DATA", "standin")  # no network probe for missing real data sets
     facts = doctor.gather(parity_steps=1, imports=False)
     assert facts["python"]["version"] == list(sys.version_info[:3]) and facts["python"]["prefix"] == sys.prefix
+    assert facts["python"]["executable"] == sys.executable   # the doctor names the Python it found
     assert facts["torch"]["version"] == torch.__version__ and facts["torch"]["cuda"] == torch.version.cuda
     assert facts["fingerprint"]["physical_cores"] == system.topology().physical_cores
     assert facts["devices"][0]["name"] == "cpu" and len(facts["parity"]) == len(facts["accelerators"])
