@@ -1,7 +1,6 @@
 """What the tuner tells the reader about one run, each sentence computed from its numbers: the
-confirmation (a sentence and a table), the recommendation or PyTorch's defaults and why, the
-throughput hints (a bigger batch changes the training), the break-even step count of a lever with a
-slower start, and a line per trial. ``helpers.tune.report`` prints them with the tables and files."""
+diagnosis, the confirmation (a sentence and a table), the recommendation (or PyTorch's defaults, or
+"inconclusive (budget)") and why, throughput hints, break-even steps and a line per trial."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from typing import Any
 from .. import measure, system
 from ..tables import Table
 from . import confirm as confirm_arms
+from .levers import attacks
 
 # Why a search sends nothing to confirmation (search.py stores it; confirmation_line prints it).
 NO_CANDIDATE_REASON = confirm_arms.NO_WINNER_REASON
@@ -45,6 +45,8 @@ def confirmation_line(report: dict[str, Any]) -> str:
     front-runner), or why nothing that could be recommended was confirmed."""
     best = report["best"]
     conf = best.get("confirmed") or {}
+    if conf.get("word") == confirm_arms.INCONCLUSIVE:
+        conf = conf.get("front") or {}
     if conf.get("word") in (None, "no candidate"):
         reason = conf.get("reason") or NO_CANDIDATE_REASON
         return reason[0].upper() + reason[1:] + (": nothing to confirm." if reason == NO_CANDIDATE_REASON
@@ -52,34 +54,37 @@ def confirmation_line(report: dict[str, Any]) -> str:
     if conf.get("word") == "not confirmed":
         return f"Not confirmed: {conf.get('reason', '')}"
     name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")
-    return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a fresh process-held "
-            f"model: {conf['ratio']:.2f}x ({_interval(conf)}): {conf['word']}.")
+    return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a new process with an "
+            f"empty compile cache: {conf['ratio']:.2f}x ({_interval(conf)}): {conf['word']}.")
 
 
 def confirmation_table(report: dict[str, Any]) -> Table:
     """Every setting sent to confirmation: its role, its search speed-up, the confirmed ratio, its
     interval and verdict (``measure.DISTURBED`` for all when the A/A arm got a verdict), and those left out."""
     conf = report.get("confirmation") or {}
-    t = Table(["setting", "role", "search speed-up (x)", "confirmed speed-up (x)", "95% interval (x)", "verdict"],
+    t = Table(["setting", "role", "search speed-up (x)", "confirmed speed-up (x)", "95% interval (x)", "verdict",
+               "cold warm-up (s)", "step (ms)"],
               title=f"Confirmation of {short_name(report)}: interleaved rounds against the baseline, "
                     f"totals for {report['planned_steps']} planned steps")
     disturbed = bool(conf.get("disturbed"))
     for arm in conf.get("arms") or []:
         interval = "-" if arm.get("reason") else f"{arm['low']:.2f}-{arm['high']:.2f}"
         t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], interval,
-              arm["word"])
+              arm["word"], arm.get("warmup_s"), arm.get("step_ms"))
     if conf.get("aa"):
         aa = conf["aa"]
         t.add(confirm_arms.AA, "check", None, aa["ratio"], "-" if aa.get("reason") else f"{aa['low']:.2f}-{aa['high']:.2f}",
-              aa["word"])
+              aa["word"], None, None)
     for arm in conf.get("left_out") or []:
         trial = next((x for x in report["trials"] if x["label"] == arm["label"]), {})
         t.add(arm["label"], arm.get("role", "-"), trial.get("speedup"), None, "-",
-              f"not measured: {arm['reason']}")
+              f"not measured: {arm['reason']}", None, None)
     notes = []
     if conf.get("rounds"):
-        notes.append(f"{conf['rounds']} interleaved rounds, each setting a long-lived process training a fresh model "
-                     "every round; verdict by helpers.measure.verdict.")
+        notes.append(f"{conf['rounds']} interleaved rounds, each setting a new process with an empty compile cache "
+                     "every round (the baseline's cold warm-up: "
+                     f"{conf.get('baseline_warmup_s') or 0:.2f} s, its step {conf.get('baseline_step_ms') or 0:.3g} ms; "
+                     "medians over rounds); verdict by helpers.measure.verdict.")
     if conf.get("attempts", 1) > 1:
         notes.append(f"{conf['attempts']} attempts: the A/A arm gave a verdict, so the comparison was measured again "
                      "as a whole.")
@@ -105,7 +110,10 @@ def recommendation_line(report: dict[str, Any]) -> str:
     conf = report.get("confirmation") or {}
     cand = best.get("unconfirmed")
     line = "Recommendation: keep PyTorch's defaults on this machine"
-    if conf.get("disturbed"):
+    if (best.get("confirmed") or {}).get("word") == confirm_arms.INCONCLUSIVE:
+        line = (f"Recommendation: {confirm_arms.INCONCLUSIVE}: {best['confirmed']['reason']}; give --budget more "
+                "seconds before reading it as \"keep PyTorch's defaults\".")
+    elif conf.get("disturbed"):
         line += ": the confirmation rounds were disturbed, so they give no conclusion."
     elif confirmation_ran(report) and cand:
         line += ": nothing that could be recommended was confirmed faster."
@@ -174,7 +182,9 @@ def explain(report: dict[str, Any]) -> list[str]:
     arms = {a["label"]: a for a in conf.get("arms") or []}
     left = {a["label"]: a for a in conf.get("left_out") or []}
     out = [confirmation_line(report)]
-    if best["levers"]:
+    if (best.get("confirmed") or {}).get("word") == confirm_arms.INCONCLUSIVE:
+        out.append(f"Recommended: nothing yet, {confirm_arms.INCONCLUSIVE} ({best['confirmed']['reason']}).")
+    elif best["levers"]:
         out.append(f"Recommended: {best['label']}, {best['speedup']:.2f}x over {planned} planned steps (confirmed).")
     elif conf.get("disturbed"):
         out.append("Recommended: PyTorch's defaults (the confirmation was disturbed: no conclusion from this run).")
@@ -247,3 +257,23 @@ def _autocast_note(trial: dict[str, Any], speedup: float, device: str) -> str:
         return f" ({hw}; half the bytes per value and bf16 arithmetic in hardware.)" if flags.get("native_bf16") or \
         flags.get("amx") else f" ({hw}: a bf16 win here comes from moving half the bytes.)"
     return ""
+
+
+def diagnosis_lines(report: dict[str, Any]) -> list[str]:
+    """The diagnosis, the lever tried first, regimes no lever attacks (with the chapter), and whether the
+    recommendation attacks the regime the diagnosis named."""
+    diag = report.get("diagnosis") or {}
+    if not diag.get("shares"):
+        return [f"Diagnosis: none ({diag.get('error') or 'not recorded'}); the trials kept the plan's order."]
+    out = [f"Diagnosis of the baseline step: {diag.get('line')}."]
+    if diag.get("first_trial"):
+        out.append(f"The first trial after the baseline, {diag['first_trial']}, attacks "
+                   f"{diag['attacks'][diag['first_trial']]}.")
+    for regime, where in (diag.get("no_lever") or {}).items():
+        out.append(f"{regime.capitalize()} takes {diag['shares'][regime]:.0%} of the step and no tuner lever attacks "
+                   f"it: see {where}.")
+    best = report["best"]
+    if best["levers"] and diag.get("top") and diag["top"] not in attacks(best["levers"]):
+        out.append(f"The recommended {best['label']} attacks {', '.join(sorted(attacks(best['levers'])))}, not "
+                   f"{diag['top']}, the regime the diagnosis named.")
+    return out

@@ -1,28 +1,8 @@
-"""The tuner's confirmation: what the search found is measured again before anything is recommended.
+"""The tuner's confirmation: the search only nominates, interleaved rounds decide (docs/tools.md).
 
-A search trial is one measurement of one fresh model, so a lucky moment on a shared machine can make
-a lever look tens of percent faster. The search therefore only nominates; this module decides:
-
-* ``order_arms``: which trials go to confirmation, best first: every lever that was at least
-  ``MIN_GAIN`` faster alone in the search, the greedy combination, and the *near misses* (single
-  levers that leave the training unchanged and were slower in their one search trial, but by less
-  than one trial can be wrong: at least ``search.NEAR_MISS`` of the baseline's speed). Those that can
-  be recommended come first (the combination and its own levers, and near misses, which the
-  combination step never judged; cheapest projected total first), then the others: levers the
-  combination did not keep, and levers that change the training (a bigger batch), which are only
-  throughput hints.
-* ``fit_arms``: the best few of them, at most ``MAX_ARMS``, as many as the budget left holds for
-  the rounds (an arm that does not fit is listed with the reason).
-* ``measure_arms``: the baseline and the arms in interleaved rounds, each in a long-lived child
-  process of its own, every round a fresh seeded model; with two or more arms an A/A arm (the
-  baseline again, ``measure.with_aa``'s name) rides along, and when it gets a verdict the rounds
-  were disturbed: ``helpers.measure.interleaved`` measures them again as a whole (a bounded number
-  of attempts, every one counted) and, if the A/A still fails, no arm gets a conclusion.
-* ``recommend``: among the arms that may be recommended, those the rounds call "faster"; of
-  these, the one with the fewest levers that the fastest is not measurably faster than (the
-  verdict of the two arms' own paired rounds). Nothing faster: PyTorch's defaults, with the
-  front-runner named as unconfirmed.
-"""
+``order_arms`` and ``fit_arms`` pick the best few arms the budget holds; ``measure_arms`` times them
+against the baseline (and an A/A arm) in a new process per arm and round; ``recommend`` names only a
+setting the rounds call "faster", else PyTorch's defaults, or "inconclusive (budget)" when levers went unmeasured."""
 
 from __future__ import annotations
 
@@ -38,6 +18,7 @@ MAX_ARMS = 4          # arms besides the baseline (and the A/A arm) in one confi
 ROLES = {"candidate": "may be recommended",
          "not kept": "the combination step did not keep it: not recommended",
          "hint": "changes the training (the batch size): a throughput hint, never the recommendation"}
+INCONCLUSIVE = "inconclusive (budget)"  # best.confirmed.word when the budget left candidate levers unmeasured
 NO_WINNER_REASON = "no lever was at least 2% faster than the baseline in its search trial, or a near miss"
 ONLY_HINTS_REASON = ("no lever that leaves the training unchanged was at least 2% faster than the baseline in its "
                      "search trial, or a near miss")
@@ -75,8 +56,8 @@ def order_arms(winners: Sequence[dict[str, Any]], kept: dict[str, Any] | None) -
 
 
 def round_s(arms: Sequence[dict[str, Any]], base_s: float) -> float:
-    """Seconds one round takes: the baseline, every arm (its search trial's time) and, with two or
-    more arms, the A/A arm; processes already running, so no start-up."""
+    """Seconds one round's timed trials take: the baseline, every arm (its search trial's time) and, with
+    two or more arms, the A/A arm (the processes' start-up not counted)."""
     return base_s * (2 if len(arms) >= 2 else 1) + sum(float(a.get("child_s") or a.get("wall_s") or base_s)
                                                         for a in arms)
 
@@ -93,15 +74,15 @@ def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, round
     The first arm needs room for ``min(rounds, MIN_ROUNDS)`` rounds (the fewest that can give a
     verdict); each further arm is added only if all ``rounds`` still fit, so a second arm never
     costs the first its rounds. At most ``MAX_ARMS``. ``startup(n)`` is the seconds ``n`` processes
-    take to start side by side (not timed, but paid from the budget). ``left_out`` entries are
+    take to start side by side, paid every round (not timed, but from the budget). ``left_out`` entries are
     ``{"label", "levers", "reason"}``; ``rounds`` is what the chosen arms can afford (at most ``rounds``).
     """
     chosen: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
 
     def afford(trial: Sequence[dict[str, Any]]) -> tuple[int, float]:
-        per = round_s(trial, base_s)
-        return (int((left_s - startup(processes(trial))) // per) if per > 0 else rounds), per
+        per = round_s(trial, base_s) + startup(processes(trial))
+        return (int(left_s // per) if per > 0 else rounds), per
 
     for arm in arms:
         if len(chosen) >= MAX_ARMS:
@@ -128,11 +109,13 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     """Measure the baseline and ``arms`` in ``rounds`` interleaved rounds (see the module's docstring).
 
     ``total(levers, raw)`` turns a child's raw trial into the projected total for the planned steps
-    (warm-up included), the value compared. With two or more arms the A/A arm rides along in a
-    process of its own; ``attempts`` bounds how often ``helpers.measure.interleaved`` measures the
-    whole comparison while that arm gets a verdict (None: its default). Returns ``{"rounds",
-    "attempts", "reruns", "disturbed", "aa", "baseline_s", "arms": [{"label", "levers", "role",
-    "search_speedup", "ratio", "low", "high", "word", "rounds", "reason", "totals_s"}]}`` (a
+    (warm-up included), the value compared. ``factory`` gives a session with a new process per arm
+    and round (``sessions.RoundSession``). With two or more arms the A/A arm rides along; ``attempts``
+    bounds how often ``helpers.measure.interleaved`` measures the whole comparison while that arm gets
+    a verdict (None: its default). Returns ``{"rounds", "attempts", "reruns", "disturbed", "aa",
+    "baseline_s", "baseline_warmup_s", "baseline_step_ms", "arms": [{"label", "levers", "role",
+    "search_speedup", "ratio", "low", "high", "word", "rounds", "reason", "totals_s", "warmup_s",
+    "step_ms"}]}`` (``warmup_s``: the median cold warm-up, compile included; ``step_ms``: the median steady step; a
     disturbed run's words are ``measure.DISTURBED``), or one with ``"word": "not confirmed"`` and a
     ``"reason"`` when a child failed.
     """
@@ -141,12 +124,13 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     if len(arms) >= 2:
         requests[AA] = {**request, "levers": {}}
 
-    def timed(name: str, session: Session) -> Callable[[], float]:
-        def run() -> float:
+    def timed(name: str, session: Session) -> Callable[[], tuple[float, dict[str, float]]]:
+        def run() -> tuple[float, dict[str, float]]:
             raw = session.ask(name)
             if not raw.get("ok"):
                 raise TuneError(f"confirmation: the {name} trial failed: {raw.get('error')}")
-            return float(total(requests[name]["levers"], raw))
+            return float(total(requests[name]["levers"], raw)), {"warmup_s": float(raw["warmup_s"]),
+                                                                  "step_ms": float(raw["step_ms"])}
         return run
 
     try:
@@ -164,19 +148,24 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     for a in arms:
         v = _verdict(got.verdict(a["label"], "baseline"))
         out.append({"label": a["label"], "levers": dict(a["levers"]), "role": arm_role(a, kept),
-                    "search_speedup": a.get("speedup"), **v, "totals_s": list(got.samples[a["label"]])})
+                    "search_speedup": a.get("speedup"), **v, "totals_s": list(got.samples[a["label"]]),
+                    **got.result(a["label"]).metrics})
+    base = got.result("baseline").metrics
     return {"rounds": got.rounds, "attempts": got.attempts, "reruns": got.reruns, "disturbed": got.aa_failed,
-            "aa": None if aa is None else _verdict(aa), "baseline_s": list(got.samples["baseline"]), "arms": out}
+            "aa": None if aa is None else _verdict(aa), "baseline_s": list(got.samples["baseline"]),
+            "baseline_warmup_s": base.get("warmup_s"), "baseline_step_ms": base.get("step_ms"), "arms": out}
 
 
-def recommend(confirmation: dict[str, Any], base_total: float,
-              front: dict[str, Any] | None, no_candidate_reason: str = NO_WINNER_REASON) -> dict[str, Any]:
+def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, Any] | None,
+              no_candidate_reason: str = NO_WINNER_REASON, unmeasured: tuple[int, int] = (0, 0)) -> dict[str, Any]:
     """tune.json's ``best`` from a confirmation (``measure_arms``'s record, or one that did not run).
 
     Only an arm of role ``candidate`` whose verdict is "faster", in an undisturbed confirmation,
     can be recommended; of those, the one with the fewest levers that the fastest is not
     measurably faster than. ``front`` is the search's front-runner (the first candidate arm),
-    named as unconfirmed when nothing is recommended.
+    named as unconfirmed when nothing is recommended. ``unmeasured`` is ``(N, M)``: N of the M
+    candidate levers the budget left unmeasured; with N > 0 and nothing recommended (and no
+    disturbance) the word is ``INCONCLUSIVE``, the front-runner's own record kept under ``"front"``.
     """
     arms = confirmation.get("arms") or []
     disturbed = bool(confirmation.get("disturbed"))
@@ -203,6 +192,9 @@ def recommend(confirmation: dict[str, Any], base_total: float,
     else:
         confirmed = {"word": "not confirmed", "rounds": 0,
                      "reason": confirmation.get("reason") or "the budget did not hold its confirmation"}
+    if unmeasured[0] and not disturbed:
+        confirmed = {**confirmed, "word": INCONCLUSIVE, "front": confirmed,
+                     "reason": f"{unmeasured[0]} of {unmeasured[1]} candidates not measured"}
     unconfirmed = (None if front is None else
                    {"label": front["label"], "levers": dict(front["levers"]), "search_speedup": front.get("speedup")})
     return {"label": "baseline", "levers": {}, "speedup": 1.0, "total_s": base_total, "confirmed": confirmed,

@@ -1,12 +1,7 @@
-"""Which levers the tuner tries on this machine and this model: threads and OpenMP binding, channels-last,
-fused/foreach optimizers, autocast dtypes the device supports, bigger batches, torch.compile modes --
-each with the reason when one is skipped -- which of them change the training itself (the batch size),
-and the environment a trial's child process gets for its thread levers.
-
-There is no IPEX lever: Intel Extension for PyTorch is retired, and its last release needs torch 2.8,
-while the course's environment runs current PyTorch; chapter 04 compares it with PyTorch's own
-replacements in an environment of its own.
-"""
+"""Which levers the tuner tries on this machine and this model (each skipped one with its reason), which
+change the training itself (the batch size), which regime of ``helpers.diagnose`` each attacks
+(``ATTACKS``: the diagnosis orders the trials), and a trial process's environment for its thread levers.
+No IPEX lever: it is retired and needs torch 2.8 (chapter 04 measures it in an environment of its own)."""
 
 from __future__ import annotations
 
@@ -27,6 +22,18 @@ recommendation."""
 RETIRED = {"ipex": "IPEX is retired and needs torch 2.8, while this environment runs current PyTorch "
                    "(chapter 04 compares it with PyTorch's upstream replacements in an environment of its own)"}
 DEFAULT_COMPILE_S = {"cpu": 45.0, "cuda": 60.0}
+REGIMES: tuple[str, ...] = ("compute", "memory", "overhead", "input", "communication")  # helpers.diagnose's
+ATTACKS: dict[str, str] = {"threads": "compute", "omp": "compute", "autocast": "compute", "channels_last": "memory",
+                           "compile": "memory", "optimizer": "overhead", "batch": "overhead"}
+"""The regime each lever kind attacks: more or better-placed cores and 16-bit matrix units do the arithmetic
+(compute); a kernel-friendly layout and fused kernels move fewer bytes (memory); one kernel for all
+parameters and bigger batches spread the per-operator cost (overhead). ``ATTACKS_BY_VALUE`` overrides."""
+ATTACKS_BY_VALUE: dict[tuple[str, Any], str] = {("threads", 1): "overhead", ("compile", "reduce-overhead"): "overhead"}
+"""One thread removes the threads' fork/join per operator; CUDA graphs remove kernel launches."""
+NO_LEVER: dict[str, str] = {"input": "chapter 05 (DataLoader workers, pinned memory, the data on the device)",
+                            "communication": "chapters 08-09 (DDP's buckets, overlap and gradient compression)"}
+"""Regimes no tuner lever attacks, and where the course treats them."""
+NO_LEVER_SHARE = 0.10  # such a regime's share above which the tuner says so
 
 
 def changes_training(levers: dict[str, Any]) -> bool:
@@ -130,3 +137,39 @@ def child_env(levers: dict[str, Any], topo: system.Topology | None = None) -> di
     elif threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
+
+
+def attacks(levers: dict[str, Any]) -> set[str]:
+    """The regimes a set of levers attacks (one per lever, see ``ATTACKS``)."""
+    return {ATTACKS_BY_VALUE.get((kind, value), ATTACKS[kind]) for kind, value in levers.items()}
+
+
+def regime_table() -> dict[str, list[str]]:
+    """Regime -> the lever kinds that attack it (``[]`` for input and communication: see ``NO_LEVER``)."""
+    table: dict[str, list[str]] = {r: [] for r in REGIMES}
+    for kind, regime in ATTACKS.items():
+        table[regime].append(kind)
+    for (kind, value), regime in ATTACKS_BY_VALUE.items():
+        table[regime].append(f"{kind}={value}")
+    return table
+
+
+def by_diagnosis(cands: Sequence[dict[str, Any]], shares: dict[str, float] | None) -> list[dict[str, Any]]:
+    """``cands`` ordered by the share of the regime each attacks, largest first (stable: cheapest first
+    within a regime); unchanged without shares."""
+    if not shares:
+        return list(cands)
+    return sorted(cands, key=lambda c: -max(float(shares.get(r, 0.0)) for r in attacks(c)))
+
+
+def diagnosis_record(found: dict[str, Any] | None, cands: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """tune.json's ``diagnosis``: the baseline's regime split (``found``, from its trial process), the
+    regime each planned lever attacks, the first lever tried, and the regimes no lever attacks."""
+    found = dict(found or {"error": "the baseline trial gave no diagnosis"})
+    shares = found.get("shares") or {}
+    first = by_diagnosis(cands, shares)[0] if cands and shares else None
+    return {"shares": shares, "top": found.get("top"), "line": found.get("line"), "findings": found.get("findings", []),
+            "error": found.get("error"), "attacks": {label(c): sorted(attacks(c))[0] for c in cands},
+            "first_trial": None if first is None else label(first),
+            "no_lever": {r: NO_LEVER[r] for r in NO_LEVER if float(shares.get(r, 0.0)) >= NO_LEVER_SHARE},
+            "detail": found.get("detail")}

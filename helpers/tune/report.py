@@ -14,8 +14,8 @@ from .. import results, system
 from ..files import atomic_write_text
 from ..tables import Table
 from .advice import (BATCH_NOTE, NO_CANDIDATE_REASON, break_even_steps, busy_note,  # noqa: F401  (chapter 13, tests)
-                     confirmation_line, confirmation_ran, confirmation_table, explain, hint_lines,
-                     recommendation_line, short_name)
+                     confirmation_line, confirmation_ran, confirmation_table, diagnosis_lines, explain,
+                     hint_lines, recommendation_line, short_name)
 
 
 def table(report: dict[str, Any], *, with_confirmation: bool = True) -> Table:
@@ -109,7 +109,7 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
 
 
 def summary(report: dict[str, Any]) -> str:
-    """The trial table, the confirmation, and the recommendation with the lines to apply it, as text."""
+    """The trial table, the confirmation, the recommendation beside the diagnosis, and the lines to apply it."""
     best = report["best"]
     lines = [str(table(report, with_confirmation=False)), ""]
     for s in report["skipped"]:
@@ -125,6 +125,7 @@ def summary(report: dict[str, Any]) -> str:
     if busy_note(report):
         lines.append(busy_note(report))
     lines.append(recommendation_line(report))
+    lines += diagnosis_lines(report)
     lines += hint_lines(report)
     if not best["levers"]:
         return "\n".join(lines)

@@ -1,37 +1,8 @@
 """Tune your own model: search the course's levers by measured time, within a time budget.
 
-``python -m helpers.tune --model FILE.py:FUNC [--device auto] [--planned-steps N] [--budget S] --out DIR``
-(or ``make tune MODEL=FILE.py:FUNC``). ``FUNC()`` returns ``(model, inputs, targets, loss_fn)``
-or the same with a fifth item ``make_optimizer(params)`` (Adam, lr 1e-3, by default); see
-``helpers.tune.trial`` for the details of one trial.
-
-Method (the course's protocol): every trial is a fresh seeded model in a child process with a
-hard timeout; warm-up (and compilation) is timed apart from steady steps; the device is
-synchronized before each clock read; steady steps are timed in repeated blocks (median and
-spread). Each lever is first tried alone against the baseline; the winners (at least
-``MIN_GAIN`` faster in their one trial) are then combined greedily, each combination measured
-again, and an addition kept only when it is again ``MIN_GAIN`` faster. The score is the projected
-time of the planned number of steps *including* warm-up and compilation, so a compile that does not
-pay for itself over the planned run loses. Accuracy guard: the loss after the warm-up steps must
-stay within ``loss_tol`` (a fraction of the starting loss) of the baseline's. A failing trial is
-recorded with its error and the search goes on. No trial starts that the remaining budget
-cannot hold (time for the confirmation is kept back once a trial has given it something to confirm;
-until then trials may use it). The batch lever repeats the reader's one
-batch, so the guard cannot see what it does to accuracy: its trials say "guard: untested".
-
-Confirmation (``helpers.tune.confirm``): the search only nominates. Every winner, the kept
-combination and the near misses (single levers at least ``NEAR_MISS`` of the baseline's speed in
-their one trial, which a noisy trial may have hidden) -- the best few the budget holds -- are
-measured again against the baseline in interleaved rounds, each in its own long-lived child process (they take turns; every round a
-fresh model), and ``helpers.measure.verdict`` decides. The tuner recommends only a setting made
-of levers the combination kept that the rounds call "faster", the one with the fewest levers
-within noise; a bigger batch changes the training, so it is reported as a throughput hint, never
-recommended; a near miss confirmed faster may be recommended on its own (the combination step never
-judged it). When nothing is confirmed faster it says to keep PyTorch's defaults on this machine
-and names the front-runner as unconfirmed. Output: ``DIR/tune.json``, ``DIR/rows.jsonl``
-(helpers.results rows), ``DIR/tune.png`` and a table, plus the lines to apply the recommendation
-(``helpers.tune.report``).
-"""
+``python -m helpers.tune --model FILE.py:FUNC --out DIR`` (``make tune``). The baseline trial also
+diagnoses the step (which regime bounds it) and the levers that attack that regime are tried first; then
+the winners are combined and ``helpers.tune.confirm`` decides. The method is told in docs/tools.md."""
 
 from __future__ import annotations
 
@@ -49,11 +20,12 @@ from .. import devices, measure
 from . import report as tune_report
 from . import confirm as confirm_arms
 from .levers import DEFAULT_COMPILE_S, KINDS, changes_training, label, plan_levers  # noqa: F401  (KINDS: chapter 13)
-from .sessions import ChildSession, Runner, RunnerSession, SessionFactory, subprocess_runner
+from .levers import by_diagnosis, diagnosis_record
+from .sessions import RoundSession, Runner, RunnerSession, SessionFactory, subprocess_runner
 from .trial import ModelSpecError, TuneError, load_workload
 
 
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4  # 4: a top-level "diagnosis"; best.confirmed.word may be "inconclusive (budget)"
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
 MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
 NEAR_MISS = 0.75
@@ -120,7 +92,7 @@ class _Search:
         costly as the baseline (more settings are confirmed when the search leaves more time)."""
         kept = REPORT_RESERVE_S
         if reserve and self.base_raw is not None and self.confirm_rounds:
-            kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * 2 * self.base_trial_s() + self.startup_s(2)
+            kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * (2 * self.base_trial_s() + self.startup_s(2))
         return kept
 
     def left(self, reserve: bool = True) -> float:
@@ -170,8 +142,9 @@ class _Search:
         timeout = left if self.base_raw is None else min(left, max(2.5 * est, est + 20))
         self.bar.set_postfix_str(label(levers))
         t0 = time.perf_counter()
-        raw = self.runner({**self.request, "levers": levers}, timeout)
-        wall = time.perf_counter() - t0
+        raw = self.runner({**self.request, "levers": levers, **({"diagnose": True} if stage == "baseline" else {})},
+                          timeout)
+        wall = time.perf_counter() - t0 - float(raw.get("diagnosis_s") or 0.0)
         trial = make_trial(levers, raw, planned_steps=self.planned_steps, guard_steps=self.request["guard_steps"],
                            base_raw=self.base_raw, loss_tol=self.loss_tol, stage=stage, wall_s=wall)
         trial["child_s"] = raw.get("child_s")
@@ -231,11 +204,11 @@ def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] |
 
 def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any] | None,
             session_factory: SessionFactory | None, rounds: int) -> dict[str, Any]:
-    """Measure the best few ``winners`` again against the baseline in interleaved rounds, each in a
-    long-lived process of its own (``helpers.tune.confirm``: which arms, the A/A arm, the verdicts).
+    """Measure the best few ``winners`` again against the baseline in interleaved rounds, a new process per
+    arm and round (``helpers.tune.confirm``: which arms, the A/A arm, the verdicts).
 
-    Every round each process trains a fresh seeded model (warm-up and compile included in its
-    projected total, as in the search). Returns the confirmation record of
+    Every process trains a fresh seeded model with an empty compile cache (its cold warm-up and compile
+    included in its projected total, as in the search). Returns the confirmation record of
     ``confirm.measure_arms`` plus ``"left_out"`` (arms the budget or ``MAX_ARMS`` kept out), or
     ``{"word": "not confirmed", "rounds": 0, "reason": ...}`` when no arm could be measured.
     """
@@ -267,9 +240,9 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
 
     search.bar.set_postfix_str(f"confirming {len(chosen)} setting(s)")
     if session_factory is None:
-        session_factory = ChildSession
+        session_factory = RoundSession
     # a disturbed comparison (its A/A arm got a verdict) is measured again only as often as the budget holds
-    passes = int((search.left(reserve=False) - search.startup_s(confirm_arms.processes(chosen))) // (afford * per_round))
+    passes = int(search.left(reserve=False) // (afford * (per_round + search.startup_s(confirm_arms.processes(chosen)))))
     record = confirm_arms.measure_arms(
         chosen, search.request, rounds=afford, kept=kept_levers, factory=session_factory,
         timeout=max(30.0, 3 * per_round), total=total,
@@ -318,6 +291,8 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
                             "give a larger budget (--budget SECONDS).")
         raise TuneError(f"the baseline (no levers) failed, so there is nothing to compare against: "
                         f"{base['error'] if base else 'no budget'}. Check that {model} trains as written.")
+    diagnosis = diagnosis_record((search.base_raw or {}).get("diagnosis"), cands)
+    cands = by_diagnosis(cands, diagnosis["shares"])  # the first trial attacks the regime with the largest share
     singles = [t for t in (search.run(c, "single") for c in cands) if t is not None]
     kept = _combine(search, singles)
     for t in search.trials:
@@ -336,11 +311,20 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     # combination, else the best near miss
     front = kept if kept is not None else (near[0] if near else None)
     reason = confirm_arms.ONLY_HINTS_REASON if winners else confirm_arms.NO_WINNER_REASON
-    best = confirm_arms.recommend(confirmation, base["total_s"], front, reason)
-    report = _report(search, model, dev, planned_steps, budget, kinds, confirmation, best)
+    best = confirm_arms.recommend(confirmation, base["total_s"], front, reason, _unmeasured(search, cands, confirmation))
+    report = {**_report(search, model, dev, planned_steps, budget, kinds, confirmation, best), "diagnosis": diagnosis}
     if out is not None:
         tune_report.write_outputs(report, Path(out), chapter=chapter)
     return report
+
+
+def _unmeasured(search: _Search, cands: list[dict[str, Any]], confirmation: dict[str, Any]) -> tuple[int, int]:
+    """(N, M): N of the M levers that could be recommended the budget left unmeasured (never tried, or
+    nominated and left out of the confirmation)."""
+    labels = {label(c) for c in cands if not changes_training(c)}
+    left = [x for x in search.skipped + (confirmation.get("left_out") or []) if x["label"] in labels
+            and x.get("role", "candidate") == "candidate" and str(x["reason"]).startswith("budget")]
+    return len({x["label"] for x in left}), len(labels)
 
 
 def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, budget: float,

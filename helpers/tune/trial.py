@@ -1,23 +1,7 @@
-"""One tuning trial: a reader's model trained for a few steps with a set of levers, timed.
-
-``helpers.tune`` runs every trial in a child process, ``python -m helpers.tune.trial``, a child
-of the course's one runner (``helpers.children``): OpenMP reads its settings at start-up, and a
-compile cannot be interrupted in-process, so the parent kills the child's process group when
-a trial overruns. Each JSON request line is one trial on a fresh seeded model; the answer is
-one ``RESULT {json}`` line. The confirmation rounds keep two such children alive and let them
-take turns.
-
-A model is named ``FILE.py:FUNC`` (or ``package.module:FUNC``); ``FUNC()`` returns
-``(model, inputs, targets, loss_fn)`` or ``(model, inputs, targets, loss_fn, make_optimizer)``,
-``make_optimizer(params)`` building the optimizer (Adam, lr 1e-3, when absent). ``inputs`` is
-one tensor of any shape (batch first) or a tuple of tensors passed as ``model(*inputs)``.
-
-Levers (a dict; absent key = PyTorch's default): ``threads`` (int), ``omp`` (``gnu-bound`` or
-``intel``, applied by the parent through environment variables), ``channels_last`` (bool),
-``autocast`` (``bf16``/``fp16``; fp16 on CUDA uses a GradScaler), ``compile`` (a torch.compile
-mode), ``optimizer`` (``foreach``/``fused``), ``batch`` (int factor: the batch repeated that many
-times, so gradients and loss stay those of the original batch).
-"""
+"""One tuning trial: a reader's model trained for a few steps with a set of levers, timed, in its own
+process (``python -m helpers.tune.trial``, a ``helpers.children`` child): one JSON request line, one
+fresh seeded model, one ``RESULT {json}`` line. The baseline's request also asks for the diagnosis
+(``helpers.diagnose``). FUNC's contract and the levers are in docs/tools.md and ``run_trial``."""
 
 from __future__ import annotations
 
@@ -241,9 +225,25 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
+def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+    """The regime split of one step of a fresh seeded copy of the model (``helpers.diagnose``), as plain data."""
+    try:
+        from .. import diagnose  # noqa: PLC0415  (the tuner's one use of it)
+    except ImportError as exc:
+        return {"error": f"no diagnosis: helpers.diagnose cannot be imported ({exc}); trials keep the plan's order"}
+    dev = devices.get_device(device)
+    work = load_workload(spec, seed)
+    model = work.model.to(dev)
+    inputs = tuple(t.to(dev) for t in work.inputs)
+    found = diagnose.diagnose_step(model, inputs[0] if len(inputs) == 1 else inputs, work.targets.to(dev),
+                                   work.loss_fn, work.make_optimizer(model.parameters()), device=str(dev))
+    return {"shares": dict(found.shares), "top": found.top, "line": found.line(), "findings": list(found.findings),
+            "detail": found.to_dict()}
+
+
 def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """One trial from a request dict (model, levers, device, guard_steps, repeats, block_s, seed);
-    a failing lever is a result (``ok`` False with the error), not a crash."""
+    """One trial from a request dict (model, levers, device, guard_steps, repeats, block_s, seed, and
+    ``diagnose`` for the baseline); a failing lever or diagnosis is a result (with its error), not a crash."""
     start = time.perf_counter()
     try:
         import warnings  # noqa: PLC0415
@@ -257,6 +257,13 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         result = {"ok": False, "error": short_error(exc), "trace": traceback.format_exc()[-2000:]}
     result["child_s"] = time.perf_counter() - start
+    if request.get("diagnose") and result["ok"]:
+        try:
+            result["diagnosis"] = diagnose_workload(request["model"], request.get("device", "cpu"),
+                                                    int(request.get("seed", 0)))
+        except Exception as exc:
+            result["diagnosis"] = {"error": f"the diagnosis failed: {short_error(exc)}"}
+        result["diagnosis_s"] = time.perf_counter() - start - result["child_s"]
     return result
 
 

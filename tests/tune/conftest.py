@@ -13,8 +13,9 @@ from helpers.tune import search as tune
 
 
 def _fake_runner(step_ms: dict[str, float], fail: dict[str, str] | None = None, loss: dict[str, float] | None = None,
-                 sleep: float = 0.0):
-    """A stand-in for the child process: step time per label, errors per label, guard loss per label."""
+                 sleep: float = 0.0, diagnosis: dict[str, float] | None = None):
+    """A stand-in for the child process: step time per label, errors per label, guard loss per label, and
+    for the baseline's request a diagnosis with the regime ``shares`` given (as helpers.tune.trial returns it)."""
     calls = []
 
     def run(request, timeout):
@@ -24,7 +25,12 @@ def _fake_runner(step_ms: dict[str, float], fail: dict[str, str] | None = None, 
         if fail and name in fail:
             return {"ok": False, "error": fail[name]}
         ms = step_ms.get(name, 10.0)
-        return {"ok": True, "step_ms": ms, "spread_ms": 0.1 * ms, "samples_ms": [0.95 * ms, ms, 1.05 * ms],
+        found = {}
+        if request.get("diagnose") and diagnosis:
+            top = max(diagnosis, key=diagnosis.get)
+            found = {"diagnosis": {"shares": dict(diagnosis), "top": top, "findings": ["a stand-in finding"],
+                                   "line": ", ".join(f"{r} {v:.0%}" for r, v in diagnosis.items()), "detail": {}}}
+        return {**found, "ok": True, "step_ms": ms, "spread_ms": 0.1 * ms, "samples_ms": [0.95 * ms, ms, 1.05 * ms],
                 "warmup_s": 0.5, "first_loss": 2.0, "guard_loss": (loss or {}).get(name, 1.0),
                 "batch_factor": int(request["levers"].get("batch", 1)),
                 "batch_size": 32 * int(request["levers"].get("batch", 1)), "threads": 2,
@@ -36,8 +42,9 @@ def _fake_runner(step_ms: dict[str, float], fail: dict[str, str] | None = None, 
 
 @pytest.fixture()
 def fake_runner():
-    """``fake_runner(step_ms, fail=None, loss=None, sleep=0.0)``: a runner for ``tune.tune(runner=...)``
-    giving each label's step time, error or guard loss; ``runner.calls`` lists (levers, timeout)."""
+    """``fake_runner(step_ms, fail=None, loss=None, sleep=0.0, diagnosis=None)``: a runner for
+    ``tune.tune(runner=...)`` giving each label's step time, error or guard loss, and the baseline a
+    diagnosis (regime -> share); ``runner.calls`` lists (levers, timeout)."""
     return _fake_runner
 
 

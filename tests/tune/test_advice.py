@@ -13,7 +13,7 @@ from helpers.tune import report as tune_report
 
 def test_confirmation_line_for_each_outcome(hand_report) -> None:
     assert advice.confirmation_line(hand_report()) == (
-        "Confirmation: bf16 vs the baseline in 8 interleaved rounds, each a fresh process-held model: "
+        "Confirmation: bf16 vs the baseline in 8 interleaved rounds, each a new process with an empty compile cache: "
         "1.31x (95% interval 1.20-1.40): faster.")
     unconfirmed = hand_report({}, {"ratio": 1.01, "low": 0.95, "high": 1.07, "word": "no measurable difference",
                                    "rounds": 8, "reruns": 0}, {"label": "bf16", "search_speedup": 1.31})

@@ -123,7 +123,7 @@ def test_measure_arms_adds_an_a_a_arm_and_measures_a_disturbed_run_again() -> No
     rec = confirm.measure_arms(arms, {"model": "m.py:build"}, rounds=6, kept={"optimizer": "fused"}, factory=quiet,
                                timeout=30, total=total)
     assert not rec["disturbed"] and rec["attempts"] == 1 and rec["aa"]["word"] == "no measurable difference"
-    assert quiet.asked.count(confirm.AA) == 6 + rec["reruns"]
+    assert quiet.asked.count(confirm.AA) == rec["rounds"] + rec["reruns"]  # whole designs: rounds may grow
     assert [(a["label"], a["role"], a["word"]) for a in rec["arms"]] == [("opt:fused", "candidate", "faster"),
                                                                         ("opt:foreach", "not kept", "faster")]
     one = FakeSessions({"baseline": 10.0, "opt:fused": 7.0})
@@ -179,3 +179,21 @@ def test_a_near_miss_is_a_candidate_unless_it_changes_the_training() -> None:
     assert confirm.role({"optimizer": "foreach", "channels_last": True}, KEPT, near_miss=True) == "not kept"
     trial = {"label": "opt:foreach", "levers": {"optimizer": "foreach"}, "near_miss": True}
     assert confirm.arm_role(trial, KEPT) == "candidate" and confirm.arm_role({**trial, "near_miss": False}, KEPT) == "not kept"
+
+
+def test_nothing_recommended_with_candidates_unmeasured_is_inconclusive_not_the_defaults(hand_report) -> None:
+    front = {"label": "bf16", "levers": {"autocast": "bf16"}, "speedup": 1.3}
+    record = {"rounds": 8, "attempts": 1, "reruns": 0, "disturbed": False,
+              "arms": [arm("bf16", {"autocast": "bf16"}, 1.01, word="no measurable difference")]}
+    best = confirm.recommend(record, 10.0, front, unmeasured=(2, 5))
+    assert best["levers"] == {} and best["confirmed"]["word"] == confirm.INCONCLUSIVE == "inconclusive (budget)"
+    assert best["confirmed"]["reason"] == "2 of 5 candidates not measured"
+    assert best["confirmed"]["front"]["word"] == "no measurable difference"
+    assert confirm.recommend(record, 10.0, front)["confirmed"]["word"] == "no measurable difference"  # all measured
+    record["arms"] = [arm("bf16", {"autocast": "bf16"}, 1.3)]  # a confirmed winner is recommended all the same
+    assert confirm.recommend(record, 10.0, front, unmeasured=(2, 5))["levers"] == {"autocast": "bf16"}
+    report = hand_report(best_levers={}, confirmed=best["confirmed"], unconfirmed={"label": "bf16", "search_speedup": 1.3})
+    line = tune_report.recommendation_line(report)
+    assert line.startswith("Recommendation: inconclusive (budget): 2 of 5 candidates not measured") and "keep" not in line.split(";")[0]
+    assert tune_report.confirmation_line(report).startswith("Confirmation: bf16 vs the baseline in 8")
+    assert "inconclusive (budget)" in tune_report.explain(report)[1]

@@ -49,3 +49,26 @@ def test_only_the_batch_lever_changes_training() -> None:
     assert not any(levers.changes_training({k: v}) for k, v in
                    [("threads", 1), ("omp", "gnu-bound"), ("channels_last", True), ("optimizer", "fused"),
                     ("autocast", "bf16"), ("compile", "default")])
+
+
+def test_every_lever_attacks_one_regime_and_input_and_communication_have_none() -> None:
+    table = levers.regime_table()
+    assert tuple(table) == levers.REGIMES == ("compute", "memory", "overhead", "input", "communication")
+    assert set(levers.ATTACKS) == set(levers.KINDS)  # every lever kind is in the table
+    assert table["input"] == table["communication"] == [] and set(levers.NO_LEVER) == {"input", "communication"}
+    assert "chapter 05" in levers.NO_LEVER["input"] and "08-09" in levers.NO_LEVER["communication"]
+    assert levers.attacks({"compile": "reduce-overhead"}) == {"overhead"} and levers.attacks({"compile": "default"}) == {"memory"}
+    assert levers.attacks({"autocast": "bf16", "channels_last": True}) == {"compute", "memory"}
+
+
+def test_the_diagnosis_orders_the_levers_by_the_share_of_their_regime() -> None:
+    cands = [{"threads": 1}, {"channels_last": True}, {"optimizer": "fused"}, {"autocast": "bf16"}, {"compile": "default"}]
+    assert levers.by_diagnosis(cands, None) == cands
+    order = levers.by_diagnosis(cands, {"memory": 0.5, "compute": 0.3, "overhead": 0.2})
+    assert order == [{"channels_last": True}, {"compile": "default"}, {"autocast": "bf16"}, {"threads": 1},
+                     {"optimizer": "fused"}]  # within a regime the plan's order (cheapest first) stays
+    rec = levers.diagnosis_record({"shares": {"overhead": 0.6, "input": 0.3, "memory": 0.1}, "top": "overhead",
+                                   "line": "overhead 60%", "findings": []}, cands)
+    assert rec["first_trial"] == "threads=1" and rec["attacks"]["compile:default"] == "memory"
+    assert rec["no_lever"] == {"input": levers.NO_LEVER["input"]} and rec["error"] is None
+    assert levers.diagnosis_record(None, cands)["first_trial"] is None

@@ -105,3 +105,35 @@ def test_short_error_is_the_first_line_of_the_real_reason() -> None:
         inner_exception = MemoryError("out of memory in the compiler")
 
     assert tune_trial.short_error(Wrapped("backend failed")) == "MemoryError: out of memory in the compiler"
+
+
+class FakeDiagnosis:
+    shares = {"compute": 0.2, "memory": 0.7, "overhead": 0.1, "input": 0.0, "communication": 0.0}
+    top, findings = "memory", ["max_pool2d runs at 10% of its roof"]
+
+    def line(self):
+        return "memory 70%, compute 20%, overhead 10%"
+
+    def to_dict(self):
+        return {"shares": self.shares, "ops": []}
+
+
+def test_the_baseline_request_returns_the_diagnosis(model_file: Path, monkeypatch) -> None:
+    import sys
+    import types
+
+    import helpers
+
+    seen = {}
+    fake = types.ModuleType("helpers.diagnose")
+    fake.diagnose_step = lambda model, inputs, targets, loss_fn, optimizer, **kw: seen.update(kw) or FakeDiagnosis()
+    monkeypatch.setitem(sys.modules, "helpers.diagnose", fake)
+    monkeypatch.setattr(helpers, "diagnose", fake, raising=False)
+    req = {"model": f"{model_file}:build", "levers": {}, "guard_steps": 2, "repeats": 1, "block_s": 0.001}
+    got = tune_trial.handle({**req, "diagnose": True})
+    assert got["ok"] and got["diagnosis"]["top"] == "memory" and got["diagnosis"]["line"].startswith("memory 70%")
+    assert got["diagnosis"]["detail"] == {"shares": FakeDiagnosis.shares, "ops": []} and seen["device"] == "cpu"
+    assert got["diagnosis_s"] >= 0 and "diagnosis" not in tune_trial.handle(req)  # only the baseline asks
+    monkeypatch.setitem(sys.modules, "helpers.diagnose", None)  # not importable: an error, never a crash
+    monkeypatch.delattr(helpers, "diagnose")
+    assert "cannot be imported" in tune_trial.diagnose_workload(f"{model_file}:build")["error"]
