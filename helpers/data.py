@@ -18,27 +18,16 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
-
-try:  # POSIX (Linux, macOS): advisory locks that the kernel releases when the process dies
-    import fcntl as _fcntl
-except ImportError:  # Windows
-    _fcntl = None  # type: ignore[assignment]
-try:
-    import msvcrt as _msvcrt  # Windows: byte-range locks, also released when the process dies
-except ImportError:
-    _msvcrt = None  # type: ignore[assignment]
 
 import numpy as np
 import torch
 from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, Subset
 
-from . import run_sizes
+from . import locks, run_sizes
 
 
 @dataclass(frozen=True)
@@ -215,72 +204,32 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
     return ds
 
 
-class DownloadLockTimeout(TimeoutError):
+class DownloadLockTimeout(locks.Held):
     """Another process held a dataset's download lock for longer than the timeout."""
 
 
-def _try_lock(fd: int) -> bool:
-    """Take an exclusive lock on the open file ``fd`` without waiting; False if another holds it."""
-    try:
-        if _fcntl is not None:
-            _fcntl.flock(fd, _fcntl.LOCK_EX | _fcntl.LOCK_NB)
-        else:
-            os.lseek(fd, 0, os.SEEK_SET)
-            _msvcrt.locking(fd, _msvcrt.LK_NBLCK, 1)
-    except OSError:  # BlockingIOError (POSIX) or PermissionError (Windows): held elsewhere
-        return False
-    return True
-
-
-def _unlock(fd: int) -> None:
-    if _fcntl is not None:
-        _fcntl.flock(fd, _fcntl.LOCK_UN)
-    else:
-        os.lseek(fd, 0, os.SEEK_SET)
-        _msvcrt.locking(fd, _msvcrt.LK_UNLCK, 1)
-
-
 @contextlib.contextmanager
-def download_lock(root: Path | str, name: str = "dataset", *, timeout: float = 1800.0,
-                  poll: float = 0.1) -> Iterator[Path | None]:
+def download_lock(root: Path | str, name: str = "dataset", *, timeout: float = 1800.0) -> Iterator[Path | None]:
     """Hold an exclusive, inter-process lock on ``root/.<name>.lock`` for the ``with`` block.
 
     Processes that use the same ``root`` and ``name`` (e.g. the DDP ranks of one machine)
     enter one after another: the first checks and downloads the files, the next ones find them
-    checked. The lock is ``fcntl.flock`` on POSIX and ``msvcrt.locking`` on Windows; the
-    operating system releases it when its process dies, so a crashed download never blocks the
-    next run. Yields the lock file's path, or None when no lock could be taken: ``root`` cannot
-    be created or written (a read-only shared copy, where nothing will be downloaded), or the
-    platform has neither lock (a warning says to run one process first). Waiting longer than
-    ``timeout`` seconds raises ``DownloadLockTimeout``.
+    checked. The lock is ``helpers.locks.hold`` (``filelock``): the operating system releases it
+    when its process dies, so a crashed download never blocks the next run. Yields the lock
+    file's path, or None when ``root`` cannot be created or written (a read-only shared copy,
+    where nothing will be downloaded). Waiting longer than ``timeout`` seconds raises
+    ``DownloadLockTimeout``, which names the process that holds the lock.
     """
-    root = Path(root)
-    if _fcntl is None and _msvcrt is None:
-        warnings.warn("No file lock on this platform: if several processes start together, let one of them "
-                      "download the dataset first.", RuntimeWarning, stacklevel=3)
-        yield None
-        return
-    path = root / f".{name}.lock"
+    path = Path(root) / f".{name}.lock"
+    stack = contextlib.ExitStack()
     try:
-        root.mkdir(parents=True, exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        held: Path | None = stack.enter_context(locks.hold(path, wait=timeout, what=f"the download lock {path}"))
+    except locks.Held as exc:
+        raise DownloadLockTimeout(f"{exc} (downloading {name}?)") from None
     except OSError:  # read-only location: only reading happens there, no lock needed
-        yield None
-        return
-    try:
-        deadline = time.monotonic() + timeout
-        while not _try_lock(fd):
-            if time.monotonic() >= deadline:
-                raise DownloadLockTimeout(
-                    f"Another process has held the download lock {path} for over {timeout:.0f} s (downloading "
-                    f"{name}?). Let that process finish, or stop it, then run again.")
-            time.sleep(poll)
-        try:
-            yield path
-        finally:
-            _unlock(fd)
-    finally:
-        os.close(fd)
+        held = None
+    with stack:
+        yield held
 
 
 # Where torchvision keeps each dataset's files under the root folder.

@@ -15,6 +15,11 @@ and ``COURSE_RESULTS`` = the run folder, so the rows the chapters append
 ``os.environ`` is not touched. The report's tables are rendered from those rows (units and
 "per step / per epoch / per run" in every header, stand-in data labelled), with
 ``rows.csv`` beside it. Ctrl-C stops the run (the chapter stays unfinished for ``--resume``).
+
+One ``reproduce`` at a time holds a run folder (``helpers.locks``, taken before torch is
+imported); a second one is refused and names the holder. The command ends with one line per
+failed chapter and the command that re-runs only those. Exit status: 0 every chapter ran,
+1 some failed, 2 nothing ran (bad input, or the folder is held), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import json
 import math
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -32,12 +38,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, NamedTuple, Sequence
 
-from . import data, devices, files, privacy, report_rows, results, run_sizes, system
+# No module that imports torch at the top: the run folder's lock comes first (data, devices
+# and system are imported inside the functions that need them).
+from . import files, locks, privacy, report_rows, results, run_sizes
 from .children import Job
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 REPORT_HEADING = "published vs yours"
 REPORT_TAG = "report"
+LOCK = "reproduce.lock"
 
 class Need(NamedTuple):
     """Hardware a chapter needs; without it the chapter still runs and does ``without``."""
@@ -47,13 +56,19 @@ class Need(NamedTuple):
     present: Callable[[], bool]
 
 
+def _has(kind: str, count: int = 1) -> bool:
+    from . import devices
+
+    return devices.is_available(kind) and (count == 1 or __import__("torch").cuda.device_count() >= count)
+
+
 HARDWARE: dict[str, Need] = {
     "10": Need("2 or more CUDA GPUs", "not measured on this machine; published numbers shown",
-               lambda: devices.is_available("cuda") and __import__("torch").cuda.device_count() >= 2),
+               lambda: _has("cuda", 2)),
     "12": Need("an Intel Arc GPU (xpu)",
                "every measurement ran on the best device this machine has (cuda, xpu, mps or cpu), beside the "
                "blog's Arc numbers; only the xccl (DDP on Intel GPUs) part needs an Intel GPU",
-               lambda: devices.is_available("xpu")),
+               lambda: _has("xpu")),
 }
 
 
@@ -91,6 +106,8 @@ def fetch_datasets(source: str | None = None) -> list[str]:
     Returns the names checked (none with the stand-in)."""
     if (source or run_sizes.data_source()) != "real":
         return []
+    from . import data
+
     for name in data.SPECS:
         for train in (True, False):
             data.load_dataset(name, train=train, source="real")
@@ -103,7 +120,8 @@ _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 def failure_reason(exc: BaseException) -> str:
     """The last line of an error (a notebook's error is its cell's last line), without colours."""
     lines = [ln for ln in _ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
-    return f"{type(exc).__name__}: {lines[-1][:1000] if lines else ''}"
+    last = lines[-1][:1000] if lines else ""
+    return last if isinstance(exc, NotebookError) and last else f"{type(exc).__name__}: {last}"
 
 
 def _unfinished(root: Path) -> list[tuple[Path, str]]:
@@ -223,7 +241,7 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
         if ch.get("missing"):
             lines += [f"*Needs {ch['missing']}: {missing_consequence(name[:2])}.*", ""]
         if ch.get("status") == "failed":
-            lines += [f"**Failed:** {ch.get('error', '')}", ""]
+            lines += [f"**Failed:** {ch.get('error', '')} (see `notebooks/{name}.ipynb` and `logs/{name}.log`)", ""]
         elif ch.get("status") != "done":
             lines += ["*Not run yet.*", ""]
             continue
@@ -246,6 +264,13 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
     return report
 
 
+def resume_command(profile: str, folder: Path | str) -> str:
+    """The command that runs a folder's unfinished and failed chapters again (make, then python -m)."""
+    where = shlex.quote(str(folder))
+    return (f"`COURSE_PROFILE={profile} RESUME={where} make reproduce` "
+            f"(or `python -m helpers.reproduce --profile {profile} --resume {where}`)")
+
+
 def _resume_folder(root: Path, resume: str, profile: str) -> Path:
     """The run folder to continue; a clear message when there is none for this profile."""
     if resume != "latest":
@@ -259,11 +284,20 @@ def _resume_folder(root: Path, resume: str, profile: str) -> Path:
             raise ValueError(f"nothing to resume in {root}: every run there finished (or none started)")
     state = json.loads((folder / "state.json").read_text())
     if state["profile"] != profile:
-        raise ValueError(
-            f"the run to resume ({folder.name}) used COURSE_PROFILE={state['profile']}, not {profile}: resume it "
-            f"with `COURSE_PROFILE={state['profile']} RESUME={resume} make reproduce` "
-            f"(or `python -m helpers.reproduce --profile {state['profile']} --resume {resume}`)")
+        raise ValueError(f"the run to resume ({folder.name}) used COURSE_PROFILE={state['profile']}, not {profile}: "
+                         f"resume it with {resume_command(state['profile'], resume)}")
     return folder
+
+
+def _new_folder(root: Path, profile: str) -> Path:
+    """A new, empty run folder: never an earlier run's, nor one that a run started in the same second took."""
+    folder = root / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile}"
+    while True:
+        try:
+            folder.mkdir(parents=True)
+            return folder
+        except FileExistsError:
+            folder = folder.with_name(folder.name + "x")
 
 
 def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Path("results"),
@@ -271,7 +305,8 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     """Execute the chapters and write the report; returns the run's folder.
 
     The notebooks' kernels get ``COURSE_PROFILE=profile``, ``COURSE_RESULTS=<run folder>`` and
-    ``TQDM_DISABLE=1`` (unless set); this process's ``os.environ`` is left as it was."""
+    ``TQDM_DISABLE=1`` (unless set); this process's ``os.environ`` is left as it was. The run
+    folder is held for the run: another ``reproduce`` on it raises ``locks.Held`` at once."""
     profile = profile.strip().lower()
     if profile not in run_sizes.PROFILES:
         raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(run_sizes.PROFILES)}")
@@ -279,24 +314,35 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     root = root.resolve()
     if resume:
         folder = _resume_folder(root, resume, profile)
-        state = json.loads((folder / "state.json").read_text())
     else:
-        folder = root / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{profile}"
-        while folder.exists():  # never overwrite an earlier run
-            folder = folder.with_name(folder.name + "x")
         paths = chapter_notebooks(notebooks, chapters)
-        note = " (synthetic stand-in images, not the real dataset)" if source_data == "standin" else ""
-        state = {"profile": profile, "data": f"profile={profile} data={source_data}{note}",
-                 "started": datetime.now().isoformat(timespec="seconds"),
-                 "machine": {**system.fingerprint(), "machine_id": privacy.machine_id()},
-                 "chapters": [p.stem for p in paths], "notebooks": str(notebooks), "results": {}, "finished": False}
+        fetch_datasets(source_data)  # fail in seconds, not once per chapter, and before a folder is made
+        folder = _new_folder(root, profile)
+    with locks.hold(folder / LOCK, wait=0, what=f"the run folder {folder}"):
+        if resume:  # read under the lock: the holder before us may have changed it
+            state = json.loads((folder / "state.json").read_text())
+            fetch_datasets(source_data)
+        else:
+            from . import system
+
+            note = " (synthetic stand-in images, not the real dataset)" if source_data == "standin" else ""
+            state = {"profile": profile, "data": f"profile={profile} data={source_data}{note}",
+                     "started": datetime.now().isoformat(timespec="seconds"),
+                     "machine": {**system.fingerprint(), "machine_id": privacy.machine_id()},
+                     "chapters": [p.stem for p in paths], "notebooks": str(Path(notebooks).resolve()),
+                     "results": {}, "finished": False}
+        _run_chapters(folder, state, timeout)
+    return folder
+
+
+def _run_chapters(folder: Path, state: dict[str, Any], timeout: int) -> None:
+    """Run the chapters of ``state`` that are not done yet, recording each; then the final report."""
+    profile = state["profile"]
     env = {**os.environ, "COURSE_PROFILE": profile, "COURSE_RESULTS": str(folder)}
     env.setdefault("TQDM_DISABLE", "1")
-    fetch_datasets(source_data)  # fail in seconds, not once per chapter
-    (folder / "notebooks").mkdir(parents=True, exist_ok=True)
-    (folder / "figures").mkdir(exist_ok=True)
-    (folder / "logs").mkdir(exist_ok=True)
-    source = Path(state.get("notebooks", notebooks))
+    for sub in ("notebooks", "figures", "logs"):
+        (folder / sub).mkdir(exist_ok=True)
+    source = Path(state.get("notebooks", NOTEBOOKS))
     todo = [n for n in state["chapters"] if state["results"].get(n, {}).get("status") != "done"]
     print(f"{folder}: {len(state['chapters']) - len(todo)} chapter(s) done, {len(todo)} to run ({profile} profile)")
     for i, name in enumerate(todo, 1):
@@ -313,12 +359,10 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         except KeyboardInterrupt:  # the chapter stays unfinished: a resume runs it again
             _write_json(folder / "state.json", state)
             write_report(folder, state)
-            print(f"interrupted during {name}; continue with `COURSE_PROFILE={profile} RESUME=latest make reproduce` "
-                  f"(or `python -m helpers.reproduce --profile {profile} --resume {folder}`)", flush=True)
+            print(f"interrupted during {name}; continue with {resume_command(profile, folder)}", flush=True)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
-            entry.update(status="failed",
-                         error=f"{failure_reason(exc)} (see notebooks/{name}.ipynb and logs/{name}.log)")
+            entry.update(status="failed", error=failure_reason(exc))
         entry["seconds"] = time.perf_counter() - start
         state["results"][name] = entry
         _write_json(folder / "state.json", state)
@@ -326,27 +370,49 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
         print(f"      {entry['status']} in {entry['seconds']:.0f} s", flush=True)
     state["finished"] = True
     _write_json(folder / "state.json", state)
-    report = write_report(folder, state)
-    print(f"report: {report}")
-    return folder
+    print(f"report: {write_report(folder, state)}")
+
+
+def summary(folder: Path) -> list[str]:
+    """One line per failed chapter of a run (reason, log, notebook), then the command that re-runs only
+    those; [] when none failed."""
+    state = json.loads((folder / "state.json").read_text())
+    failed = [n for n in state["chapters"] if state["results"].get(n, {}).get("status") == "failed"]
+    lines = [f"FAILED {n}: {state['results'][n].get('error', '')} -- log: {folder / 'logs' / f'{n}.log'} -- "
+             f"notebook: {folder / 'notebooks' / f'{n}.ipynb'}" for n in failed]
+    if failed:
+        lines.append(f"{len(failed)} of {len(state['chapters'])} chapter(s) failed; run only those again with "
+                     f"{resume_command(state['profile'], folder)}")
+    return lines
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    """The command line; exits 0 (all ran), 1 (a chapter failed), 2 (nothing ran: bad input, folder held), 130."""
     p = argparse.ArgumentParser(prog="python -m helpers.reproduce", description=__doc__.splitlines()[0])
     p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or run_sizes.DEFAULT_PROFILE,
                    type=str.lower, choices=run_sizes.PROFILES)
     p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
     p.add_argument("--out", default="results", help="folder for the timestamped runs")
     p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")
+    p.add_argument("--notebooks", type=Path, default=NOTEBOOKS,
+                   help="the folder of notebooks to run, e.g. notebooks/student (default: notebooks)")
     p.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell")
     args = p.parse_args(argv)
     try:
-        run(args.profile, chapters=args.chapters, root=Path(args.out), resume=args.resume, timeout=args.timeout)
-    except (ValueError, data.DatasetUnavailableError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+        folder = run(args.profile, chapters=args.chapters, root=Path(args.out), resume=args.resume,
+                     notebooks=args.notebooks, timeout=args.timeout)
     except KeyboardInterrupt:
         sys.exit(130)
+    except Exception as exc:  # bad input, a held folder or missing real data: nothing ran
+        data = sys.modules.get(f"{__package__}.data")  # loaded only if the datasets were checked (it imports torch)
+        if not isinstance(exc, (ValueError, locks.Held) + ((data.DatasetUnavailableError,) if data else ())):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    failed = summary(folder)
+    for line in failed:
+        print(line, flush=True)
+    sys.exit(1 if failed else 0)
 
 
 if __name__ == "__main__":

@@ -1,3 +1,5 @@
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -189,8 +191,8 @@ def test_download_lock_excludes_a_second_holder(tmp_path):
     t = threading.Thread(target=first)
     t.start()
     assert held.wait(5)
-    with pytest.raises(data.DownloadLockTimeout, match="download lock"):  # held by the thread: we must wait
-        with data.download_lock(tmp_path, "cifar-10-batches-py", timeout=0.2):
+    with pytest.raises(data.DownloadLockTimeout, match=rf"download lock .* is in use by process {os.getpid()} "):
+        with data.download_lock(tmp_path, "cifar-10-batches-py", timeout=0.2):  # held by the thread: we must wait
             pass
     with data.download_lock(tmp_path, "FashionMNIST", timeout=0.2):  # another dataset: its own lock
         order.append("other dataset")
@@ -229,16 +231,17 @@ def _hold_lock_and_log(root, log, name):
             f.write(f"{name}:end\n")
 
 
-def test_download_lock_fallbacks(tmp_path, monkeypatch):
+def test_download_lock_fallbacks(tmp_path):
     target = tmp_path / "readonly"
     target.write_text("a file where the folder should be: the lock file cannot be created")
     with data.download_lock(target, "x") as path:  # cannot lock there: nothing is downloaded there either
         assert path is None
-    monkeypatch.setattr(data, "_fcntl", None)
-    monkeypatch.setattr(data, "_msvcrt", None)
-    with pytest.warns(RuntimeWarning, match="download the dataset first"):
-        with data.download_lock(tmp_path, "x") as path:
-            assert path is None
+    with pytest.raises(ZeroDivisionError):  # an error inside the block is the caller's, and releases the lock
+        with data.download_lock(tmp_path, "x"):
+            1 / 0
+    with data.download_lock(tmp_path, "x", timeout=0) as path:
+        assert path == tmp_path / ".x.lock"
+    assert issubclass(data.DownloadLockTimeout, TimeoutError)
 
 
 def test_real_dataset_is_checked_under_the_lock(tmp_path, monkeypatch):

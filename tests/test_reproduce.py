@@ -1,4 +1,5 @@
 import json
+import re
 
 import nbformat
 import pytest
@@ -55,16 +56,125 @@ def test_resume_skips_finished_chapters(tmp_path, capsys):
         reproduce.run("workshop", root=tmp_path / "r", notebooks=nbs, resume=str(run))
 
 
-def test_failures_and_bad_input(tmp_path):
-    nbs = make_notebooks(tmp_path / "nbs", fail=True)
-    run = reproduce.run("smoke", root=tmp_path / "r", notebooks=nbs)
+def exit_code(argv):
+    with pytest.raises(SystemExit) as info:
+        reproduce.main(argv)
+    return info.value.code
+
+
+def test_a_failed_chapter_exits_1_names_its_notebook_and_the_command_that_runs_it_again(tmp_path, capsys):
+    nbs, good = make_notebooks(tmp_path / "nbs", fail=True), make_notebooks(tmp_path / "good")
+    (nbs / "01_alpha.ipynb").write_bytes((nbs / "02_beta.ipynb").read_bytes())  # the first chapter fails
+    (nbs / "02_beta.ipynb").write_bytes((good / "02_beta.ipynb").read_bytes())
+    assert exit_code(["--profile", "smoke", "--out", str(tmp_path / "r"), "--notebooks", str(nbs)]) == 1
+    run = next((tmp_path / "r").iterdir())
     state = json.loads((run / "state.json").read_text())
-    assert state["results"]["02_beta"]["status"] == "failed" and "boom" in state["results"]["02_beta"]["error"]
-    assert "**Failed:**" in (run / "report.md").read_text()
-    with pytest.raises(ValueError, match="no notebook for chapter"):
-        reproduce.chapter_notebooks(nbs, ["7"])
-    with pytest.raises(ValueError, match="nothing to resume"):
-        reproduce.run("smoke", root=tmp_path / "empty", notebooks=nbs, resume="latest")
+    assert state["results"]["01_alpha"] == {**state["results"]["01_alpha"], "status": "failed", "error": "ValueError: boom"}
+    assert state["results"]["02_beta"]["status"] == "done" and state["finished"]  # the rest still ran
+    assert "**Failed:** ValueError: boom (see `notebooks/01_alpha.ipynb` and `logs/01_alpha.log`)" in (
+        run / "report.md").read_text()
+    *_, failed, again = capsys.readouterr().out.strip().splitlines()  # the summary ends the output
+    assert failed == (f"FAILED 01_alpha: ValueError: boom -- log: {run}/logs/01_alpha.log -- "
+                      f"notebook: {run}/notebooks/01_alpha.ipynb")
+    assert again == ("1 of 2 chapter(s) failed; run only those again with "
+                     f"{reproduce.resume_command('smoke', run)}") and f"RESUME={run} make reproduce" in again
+    (nbs / "01_alpha.ipynb").write_bytes((good / "01_alpha.ipynb").read_bytes())  # mended: the command runs it alone
+    assert exit_code(["--profile", "smoke", "--resume", str(run)]) == 0
+    out = capsys.readouterr().out
+    assert "1 chapter(s) done, 1 to run" in out and "[1/1] 01_alpha" in out and "FAILED" not in out
+    assert json.loads((run / "state.json").read_text())["results"]["01_alpha"]["status"] == "done"
+
+
+def test_summary_and_resume_command(tmp_path):
+    state = {"profile": "smoke", "chapters": ["01_a", "02_b", "03_c"],
+             "results": {"01_a": {"status": "failed", "error": "RuntimeError: x"}, "02_b": {"status": "done"}}}
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    lines = reproduce.summary(tmp_path)
+    assert lines[0] == (f"FAILED 01_a: RuntimeError: x -- log: {tmp_path}/logs/01_a.log -- "
+                        f"notebook: {tmp_path}/notebooks/01_a.ipynb")
+    assert len(lines) == 2 and lines[1].startswith("1 of 3 chapter(s) failed")
+    state["results"]["01_a"]["status"] = "done"
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    assert reproduce.summary(tmp_path) == []
+    assert reproduce.resume_command("full", "/a b") == ("`COURSE_PROFILE=full RESUME='/a b' make reproduce` "
+                                                        "(or `python -m helpers.reproduce --profile full --resume '/a b'`)")
+
+
+def test_bad_input_exits_2_and_makes_nothing(tmp_path, capsys):
+    nbs = make_notebooks(tmp_path / "nbs")
+    out = ["--profile", "smoke", "--out", str(tmp_path / "r")]
+    assert exit_code(out + ["--notebooks", str(nbs), "--chapters", "7"]) == 2
+    assert "no notebook for chapter(s) 07" in capsys.readouterr().err
+    assert exit_code(out + ["--notebooks", str(tmp_path)]) == 2
+    assert "no chapter notebooks in" in capsys.readouterr().err
+    assert exit_code(out + ["--resume", "latest"]) == 2
+    assert "nothing to resume" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
+    with pytest.raises(SystemExit) as info:
+        reproduce.main(out + ["--profile", "huge"])  # argparse's own usage error
+    assert info.value.code == 2
+
+
+def held_run(tmp_path, profile="smoke"):
+    """A run folder whose one chapter is done (resuming it runs no kernel)."""
+    folder = tmp_path / "r" / "20300101-000000-smoke"
+    folder.mkdir(parents=True)
+    state = {"profile": profile, "data": "data=standin", "started": "2030-01-01T00:00", "machine": {},
+             "chapters": ["01_alpha"], "notebooks": str(tmp_path), "finished": False,
+             "results": {"01_alpha": {"status": "done", "seconds": 1.0}}}
+    (folder / "state.json").write_text(json.dumps(state))
+    return folder
+
+
+def test_a_second_reproduce_on_a_held_folder_is_refused_at_once_naming_the_holder(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from test_locks import ROOT, start_holder
+
+    folder = held_run(tmp_path)
+    holder = start_holder(folder / reproduce.LOCK)  # a stand-in for the first reproduce: no torch
+    try:
+        start = time.monotonic()
+        second = subprocess.run([sys.executable, "-m", "helpers.reproduce", "--profile", "smoke", "--resume", "latest",
+                                 "--out", str(tmp_path / "r")], cwd=ROOT, capture_output=True, text=True, timeout=30)
+        assert time.monotonic() - start < 3, "the second reproduce was not refused within 3 s"
+    finally:
+        holder.stdin.close()
+        holder.wait(10)
+    assert second.returncode == 2, second.stderr
+    assert f"error: the run folder {folder} is in use by process {holder.pid} (`" in second.stderr
+    assert not json.loads((folder / "state.json").read_text())["finished"]  # the refused run wrote nothing
+
+
+def test_a_run_folder_whose_reproduce_was_killed_is_taken_over(tmp_path, capsys):
+    import os
+    import signal
+
+    from test_locks import start_holder
+
+    folder = held_run(tmp_path)
+    holder = start_holder(folder / reproduce.LOCK)
+    os.kill(holder.pid, signal.SIGKILL)  # as a power cut or `kill -9` would leave it
+    holder.wait(10)
+    holder.stdin.close()
+    holder.stdout.close()
+    assert reproduce.run("smoke", root=tmp_path / "r", resume="latest") == folder
+    assert re.search(rf"^note: the run folder {folder}: took over the lock of process {holder.pid} \(`.*`\), "
+                     "which is no longer running$", capsys.readouterr().err, re.M)
+    assert json.loads((folder / "state.json").read_text())["finished"]
+
+
+def test_importing_reproduce_loads_no_torch():
+    import subprocess
+    import sys
+
+    from test_locks import ROOT
+
+    code = "import sys; from helpers import reproduce; print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                          check=True).stdout.strip() == "False"
 
 
 def test_missing_hardware_is_named(monkeypatch):
@@ -100,6 +210,7 @@ def test_real_data_missing_fails_before_any_chapter(tmp_path, monkeypatch, capsy
 def test_failure_reason_is_one_clean_line():
     exc = RuntimeError("Traceback...\n\x1b[31mDatasetUnavailableError\x1b[39m: get the data\n")
     assert reproduce.failure_reason(exc) == "RuntimeError: DatasetUnavailableError: get the data"
+    assert reproduce.failure_reason(reproduce.NotebookError("cell 3\nValueError: boom")) == "ValueError: boom"
 
 
 def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
@@ -115,9 +226,8 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
     slow.cells.append(nbformat.v4.new_code_cell(f"import pathlib, time; pathlib.Path({str(started)!r}).touch(); "
                                                 "time.sleep(60)"))
     nbformat.write(slow, nbs / "02_beta.ipynb")
-    code = ("import sys; from pathlib import Path; from helpers import reproduce; "
-            f"reproduce.run('smoke', root=Path(sys.argv[1]), notebooks=Path({str(nbs)!r}))")
-    proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path / "r")], stdout=subprocess.PIPE, text=True,
+    proc = subprocess.Popen([sys.executable, "-m", "helpers.reproduce", "--profile", "smoke", "--out", str(tmp_path / "r"),
+                             "--notebooks", str(nbs)], stdout=subprocess.PIPE, text=True,
                             start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not started.exists():  # the second chapter's kernel is in its last cell
@@ -125,8 +235,9 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
     assert started.exists(), "the second chapter never reached its slow cell"
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
     out, _ = proc.communicate(timeout=60)
-    assert proc.returncode != 0 and "interrupted during 02_beta" in out, out
     run = next((tmp_path / "r").iterdir())
+    assert proc.returncode == 130 and "interrupted during 02_beta" in out, out
+    assert f"continue with {reproduce.resume_command('smoke', run)}" in out
     state = json.loads((run / "state.json").read_text())
     assert not state["finished"] and list(state["results"]) == ["01_alpha"]  # 02 not marked failed or done
     slow.cells.pop()
