@@ -1,23 +1,7 @@
-"""The course's rule for accuracy: per-seed test accuracies of a baseline and a variant -> means,
-spread and one word ("costs", "keeps", "gains" or "no measurable difference"). Pure arithmetic
-on plain numbers, the counterpart for accuracy of ``helpers.verdict`` for time.
-
-Two noises decide whether a difference in accuracy is real:
-
-* the seeds: two runs that differ only in their seed score differently. Their spread is
-  measured (the sample standard deviation over at least ``MIN_SEEDS`` seeds per arm);
-* the test set: a finite test set of ``test_size`` images estimates the true accuracy ``p``
-  with a standard error of sqrt(p (1 - p) / test_size). The seeds all meet the same test set,
-  so their spread does not contain this part; it is added.
-
-The two arms' test-set errors are added as if independent. Both arms meet the same test images,
-so this overstates the test-set part (a comparison paired over images, which DESIGN.md prefers,
-would be narrower): the margin is an upper bound, and the rule errs towards "no measurable
-difference". The margin is ``Z`` (1.96) standard errors of the difference of the two means. The word is
-"costs" when the whole interval (difference +- margin) lies below 0, "gains" when it lies above 0,
-"keeps" when it lies inside +-``tolerance`` points (the variant is shown to be as accurate, within
-the tolerance), and "no measurable difference" otherwise: the run cannot tell.
-"""
+"""The course's rule for accuracy, paired by seed and by image: per-seed, per-image correctness of a
+baseline and a variant -> the difference in expected accuracy on new images, its t interval and one
+word ("costs", "keeps", "gains" or "no measurable difference"). Pure arithmetic; the reasoning is in
+docs/measurement.md ("Accuracy is paired")."""
 
 from __future__ import annotations
 
@@ -27,17 +11,23 @@ from dataclasses import dataclass
 from typing import Sequence
 
 MIN_SEEDS = 3
-"""Fewest seeds per arm for a word; with fewer (but at least 2: the smoke profile's runs, which only
-exercise the code), ``compare`` computes the difference and its margin and says ``TOO_FEW``."""
+"""Fewest seeds for a word; with 2 (the smoke size) ``compare`` computes the interval and says ``TOO_FEW``."""
 
 TOLERANCE = 1.0
-"""Points of accuracy within which "keeps" may be said (the interval must lie inside +-1 point)."""
+"""Points within which "keeps" may be said (the whole interval inside +-1 point)."""
 
 Z = 1.96
-"""Standard errors in the margin (about 95% under a normal approximation)."""
-
 NO_DIFFERENCE = "no measurable difference"
 TOO_FEW = "too few seeds for a word"
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
+         2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_quantile(df: int) -> float:
+    """The 97.5% quantile of Student's t with ``df`` degrees of freedom (two-sided 95%)."""
+    if df < 1:
+        raise ValueError("a t quantile needs at least 1 degree of freedom")
+    return _T975[df - 1] if df <= len(_T975) else Z + 2.4 / df
 
 
 @dataclass(frozen=True)
@@ -60,8 +50,7 @@ class Accuracies:
 
 @dataclass(frozen=True)
 class AccuracyVerdict:
-    """A variant's accuracy against its baseline's: the difference of means (points, variant -
-    baseline), the margin around it, the word, and both arms."""
+    """The variant minus the baseline in points: paired ``difference``, ``margin`` (t x SE), word, both arms."""
 
     baseline: Accuracies
     variant: Accuracies
@@ -84,41 +73,61 @@ class AccuracyVerdict:
         return self.word not in (NO_DIFFERENCE, TOO_FEW)
 
     def __str__(self) -> str:
-        return (f"{self.difference:+.1f} points (interval {self.low:+.1f} to {self.high:+.1f}, "
-                f"{len(self.baseline.values)} vs {len(self.variant.values)} seeds): {self.word}")
+        return (f"{self.difference:+.1f} points (95% interval {self.low:+.1f} to {self.high:+.1f}, "
+                f"{len(self.baseline.values)} paired seeds): {self.word}")
 
 
-def test_set_error(accuracy: float, test_size: int) -> float:
-    """Standard error (points) of an accuracy (%) measured on ``test_size`` images."""
-    if test_size <= 0:
-        raise ValueError("test_size must be a positive number of test images")
-    p = min(max(accuracy / 100.0, 0.0), 1.0)
-    return 100.0 * math.sqrt(p * (1.0 - p) / test_size)
+def accuracy_of(correct: Sequence[bool]) -> float:
+    """Accuracy (%) of one run from its per-image correctness."""
+    if not len(correct):
+        raise ValueError("no test images: correctness is one True/False per image")
+    return 100.0 * sum(bool(c) for c in correct) / len(correct)
 
 
-def _accuracies(values: Sequence[float], name: str) -> Accuracies:
-    vals = tuple(float(v) for v in values)
-    if len(vals) < 2:
-        raise ValueError(f"{name}: {len(vals)} seed(s); an accuracy comparison needs at least 2 seeds per arm, "
-                         f"and {MIN_SEEDS} for a word (train each arm with seeds 0, 1, 2)")
-    if any(math.isnan(v) or not 0.0 <= v <= 100.0 for v in vals):
-        raise ValueError(f"{name}: accuracies are percentages between 0 and 100, got {vals}")
-    return Accuracies(vals)
+def _check(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]]) -> tuple[int, int]:
+    n = len(baseline)
+    if n != len(variant):
+        raise ValueError(f"paired seeds needed: {n} baseline runs, {len(variant)} variant runs (same seeds, same order)")
+    if n < 2:
+        raise ValueError(f"{n} seed(s); a comparison needs at least 2 seeds per arm, and {MIN_SEEDS} for a word")
+    sizes = {len(run) for run in (*baseline, *variant)}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ValueError("every run must be scored on the same, non-empty test images (one True/False per image)")
+    return n, sizes.pop()
 
 
-def compare(baseline: Sequence[float], variant: Sequence[float], *, test_size: int,
+def _paired_error(x: list[list[float]]) -> tuple[float, float]:
+    """Variance of the grand mean of a seeds x images table over new seeds and new images (two-way random
+    effects: seed + image - interaction mean squares) and its Satterthwaite degrees of freedom."""
+    n, big_n = len(x), len(x[0])
+    rows = [statistics.fmean(r) for r in x]
+    cols = [statistics.fmean(r[i] for r in x) for i in range(big_n)]
+    grand = statistics.fmean(rows)
+    ms_s = big_n * sum((r - grand) ** 2 for r in rows) / (n - 1)
+    ms_i = n * sum((c - grand) ** 2 for c in cols) / (big_n - 1) if big_n > 1 else 0.0
+    ss_r = sum((x[s][i] - rows[s] - cols[i] + grand) ** 2 for s in range(n) for i in range(big_n))
+    ms_r = ss_r / ((n - 1) * (big_n - 1)) if big_n > 1 else 0.0
+    total = max(ms_s + ms_i - ms_r, 0.0)
+    if total == 0.0:
+        return 0.0, float(n - 1)
+    parts = ms_s ** 2 / (n - 1) + (ms_i ** 2 / (big_n - 1) + ms_r ** 2 / ((n - 1) * (big_n - 1)) if big_n > 1 else 0.0)
+    return total / (n * big_n), max(1.0, total ** 2 / parts)
+
+
+def compare(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]], *,
             tolerance: float = TOLERANCE) -> AccuracyVerdict:
-    """The variant's per-seed accuracies (%) against the baseline's, on a test set of ``test_size``
-    images: difference of means, its margin (seed spread and test-set noise) and one word
-    (``TOO_FEW`` when an arm has fewer than ``MIN_SEEDS`` seeds; fewer than 2 raise ValueError)."""
+    """Per seed (same seeds, same order), per-image correctness of both arms on the same images -> the
+    paired difference in expected accuracy on new images, with a 95% t interval (two-way random effects:
+    seeds and images, Satterthwaite degrees of freedom; see docs/measurement.md)."""
     if tolerance < 0:
         raise ValueError("tolerance must be >= 0 points")
-    b, v = _accuracies(baseline, "baseline"), _accuracies(variant, "variant")
-    seed_var = b.sd ** 2 / len(b.values) + v.sd ** 2 / len(v.values)
-    test_var = test_set_error(b.mean, test_size) ** 2 + test_set_error(v.mean, test_size) ** 2
-    margin = Z * math.sqrt(seed_var + test_var)
-    d = v.mean - b.mean
-    if min(len(b.values), len(v.values)) < MIN_SEEDS:
+    n, _ = _check(baseline, variant)
+    b = Accuracies(tuple(accuracy_of(run) for run in baseline))
+    v = Accuracies(tuple(accuracy_of(run) for run in variant))
+    table = [[100.0 * (bool(y) - bool(x)) for x, y in zip(br, vr)] for br, vr in zip(baseline, variant)]
+    var, df = _paired_error(table)
+    d, margin = statistics.fmean(v.values) - statistics.fmean(b.values), t_quantile(int(df)) * math.sqrt(var)
+    if n < MIN_SEEDS:
         word = TOO_FEW
     elif d + margin < 0:
         word = "costs"
@@ -131,9 +140,16 @@ def compare(baseline: Sequence[float], variant: Sequence[float], *, test_size: i
     return AccuracyVerdict(b, v, d, margin, word, tolerance)
 
 
+def test_set_error(accuracy: float, test_size: int) -> float:
+    """Standard error (points) of an accuracy (%) measured on ``test_size`` images."""
+    if test_size <= 0:
+        raise ValueError("test_size must be a positive number of test images")
+    p = min(max(accuracy / 100.0, 0.0), 1.0)
+    return 100.0 * math.sqrt(p * (1.0 - p) / test_size)
+
+
 def above_chance(accuracies: Sequence[float], classes: int, *, test_size: int) -> bool:
-    """Whether the mean accuracy (%) lies clearly above chance (100 / classes): at least twice
-    chance (COURSE_SPEC) and more than ``Z`` test-set standard errors above it."""
+    """Whether the mean accuracy (%) is at least twice chance and ``Z`` test-set errors above it."""
     if classes < 2:
         raise ValueError("classes must be >= 2")
     if not accuracies:

@@ -1,23 +1,7 @@
-"""The course's measurement protocol, as code.
-
-1. one change at a time, fresh seeded model per variant (the caller builds it);
-2. warm-up kept apart from the timed repeats, and both reported;
-3. the device synchronized before every clock read (perf_counter);
-4. several repeats, reported as median with min-max and IQR;
-5. speed-up = baseline / variant from the same run, next to accuracy;
-6. results recorded as rows with the machine fingerprint (``helpers.results``).
-
-``verdict`` is the course's one comparison rule (``helpers.verdict``, re-exported here): every
-"faster" or "slower" that a chapter, the tuner or a report prints is its word. ``interleaved`` runs variants in rounds ordered by a
-Williams design (``williams_orders``: every arm follows every other equally often, so what one
-arm leaves in the process reaches each arm alike), each round building every variant afresh,
-re-runs rounds that other processes disturbed (``helpers.cpu_meter``), and, when the variants
-include an A/A arm (``with_aa``: the baseline again under another name), measures the whole
-comparison again while that arm gets a verdict; if it still does, the run is marked disturbed and
-no verdict is given for the other arms.
-
-What a training step costs (FLOPs, the matmul peak, time per phase) is ``helpers.step_cost``.
-"""
+"""The measurement protocol as code: interleaved rounds in complete Williams designs (``interleaved``),
+the A/A arm, per-round records (``Rounds``, ``Result``), summaries (``Stats``) and ``time_fn``.
+Every "faster"/"slower" is the word of ``verdict`` (``helpers.verdict``, re-exported here); the
+reasoning is in docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -37,8 +21,8 @@ from .tables import Table
 # The one comparison rule
 # ----------------------------------------------------------------------------------------
 
-from .verdict import (MIN_EFFECT, MIN_ROUNDS, NO_DIFFERENCE, ROUNDS, Verdict, _critical_rank,  # noqa: F401
-                      verdict)
+from .verdict import (MIN_EFFECT, MIN_ROUNDS, NO_DIFFERENCE, ROUNDS, Verdict, detectable,  # noqa: F401
+                      log_noise, verdict)
 
 DISTURBED = "disturbed: no conclusion from this run"
 """The word for every arm when the A/A arm (the baseline against itself) got a verdict."""
@@ -86,16 +70,23 @@ class Rounds:
         return Result(name, list(self.samples[name]), list(self.warmup.get(name, [])), med)
 
     def verdict(self, name: str, baseline: str | None = None, **kwargs: Any) -> Verdict:
-        """``verdict`` of ``name`` against ``baseline`` (default: the first variant) over these rounds.
-
-        When the A/A arm got a verdict (``aa_failed``), every other comparison's word is ``DISTURBED``
-        (ratio and interval still given): a run whose baseline differs from itself supports no verdict.
-        """
+        """``verdict`` of ``name`` against ``baseline`` (default: the first) with this run's ``noise``;
+        ``DISTURBED`` for every arm but the A/A when the A/A arm failed."""
         base = baseline or self.names[0]
+        if self.rounds > 1 and "noise" not in kwargs:
+            kwargs["noise"] = self.noise()
         v = verdict(self.samples[base], self.samples[name], **kwargs)
         if self.aa_failed and not name.startswith(AA_PREFIX):
             return Verdict(v.ratio, v.low, v.high, DISTURBED, v.rounds, v.confidence, v.reason, v.min_effect)
         return v
+
+    def noise(self) -> float:
+        """SD of the A/A arm's log ratios, else of every arm's log ratios against the first, each centred."""
+        base = self.samples[self.names[0]]
+        ratio = lambda n: [b / v for b, v in zip(base if not n.startswith(AA_PREFIX) else  # noqa: E731
+                                                 self.samples[aa_baseline(n)], self.samples[n])]
+        arms = [self.aa] if self.aa else self.names[1:]
+        return log_noise(*[ratio(n) for n in arms]) if arms else 0.0
 
     @property
     def aa(self) -> str | None:
@@ -106,6 +97,11 @@ class Rounds:
         """The A/A arm against the arm it repeats (None without an A/A arm)."""
         name = self.aa
         return None if name is None else verdict(self.samples[aa_baseline(name)], self.samples[name])
+
+    @property
+    def design(self) -> int:
+        """The Williams design's length for these arms (n orders for even n, 2n for odd n)."""
+        return len(williams_orders(len(self.names)))
 
     def followers(self) -> dict[tuple[str, str], int]:
         """How often each arm came right after each other arm within a round: ``{(before, after): count}``."""
@@ -121,23 +117,32 @@ class Rounds:
 
     def note(self) -> str:
         """What the table's reader needs to know about how these rounds were taken."""
-        text = (f"{self.rounds} interleaved rounds (order balanced for carry-over, every variant built afresh each round); "
-                f"speed-up = baseline/variant, median over rounds, with its 95% interval; "
+        m, k = self.design, self.rounds
+        if k % m == 0:
+            order = f"a complete Williams design ({k // m} x {m} orders)"
+        else:
+            order = f"approximately balanced ({min(k, m)} of {m} orders)" if m > 12 else f"incomplete design ({k} of {m} orders)"
+        text = (f"{k} interleaved rounds, {order}, every variant built afresh each round; "
+                f"speed-up = baseline/variant (Hodges-Lehmann estimate) with its 95% interval, bounds rounded outward; "
                 f"verdict by helpers.measure.verdict (> {1 + MIN_EFFECT:.2f}x or < {1 - MIN_EFFECT:.2f}x for the whole interval).")
+        if k >= MIN_ROUNDS and k > 1:
+            source = "the A/A arm's" if self.aa else "the arms'"
+            text += (f" 'could see' is an estimate: the true speed-up this run would call faster 80% of the time, "
+                     f"from {source} log-ratio noise ({100 * self.noise():.1f}%).")
         if self.reruns:
             text += f" {self.reruns} round(s) re-run: other processes took more than {self.limit:g} cores."
         if self.disturbed:
             text += f" {self.disturbed} kept round(s) still disturbed (re-run budget spent): read the result with care."
-        if self.rounds < MIN_ROUNDS:
+        if k < MIN_ROUNDS:
             text += f" Fewer than {MIN_ROUNDS} rounds: too few for any verdict."
         aa = self.aa_verdict()
-        if aa is not None and self.rounds >= MIN_ROUNDS:
+        if aa is not None and k >= MIN_ROUNDS:
             if self.aa_failed:
-                text += (f" Disturbed: the A/A arm (the baseline against itself) measured {aa.ratio:.2f}x [{aa.interval}] "
-                         f"in attempt {self.attempts} of {self.attempts}, so this run gives no verdict.")
+                text += (f" Disturbed: the A/A arm (the baseline against itself) measured {aa.ratio:.2f}x [{aa.interval}], "
+                         f"an interval without 1.0, in attempt {self.attempts} of {self.attempts}, so this run gives no verdict.")
             elif self.attempts > 1:
                 text += (f" A/A passed in attempt {self.attempts} (the {self.attempts - 1} earlier attempt(s) failed it "
-                         f"and were measured again as a whole).")
+                         f"and were measured again as a whole, in new processes where arms have their own).")
             else:
                 text += " A/A passed in the first attempt."
         return text
@@ -160,7 +165,7 @@ class Rounds:
                 cells: list[Any] = [1.0, "-", "baseline"]
             else:
                 v = self.verdict(name, base, higher_is_better=higher_is_better)
-                cells = [v.ratio, v.interval, v.word]
+                cells = [v.ratio, v.interval, aa_word(v) if name.startswith(AA_PREFIX) else v.label]
             table.add(name, s.median * scale, s.minimum * scale, s.maximum * scale, *cells,
                       *[int(res.metrics[m]) if m in counts and res.metrics.get(m) is not None else res.metrics.get(m)
                         for m in metrics])
@@ -203,6 +208,26 @@ def sample_long_enough(steps: int, seconds: float) -> bool:
     return steps >= MIN_SAMPLE_STEPS or seconds >= MIN_SAMPLE_SECONDS
 
 
+def aa_passes(v: Verdict) -> bool:
+    """An A/A arm passes when its interval contains 1.0 (or too few rounds gave none)."""
+    return bool(v.reason) or v.low <= 1.0 <= v.high
+
+
+def aa_word(v: Verdict) -> str:
+    """The A/A row's cell: whether the baseline measured against itself passed."""
+    return "A/A passed (contains 1.0)" if aa_passes(v) else "A/A failed (excludes 1.0)"
+
+
+def complete_rounds(arms: int, rounds: int = ROUNDS) -> int:
+    """The smallest whole multiple of the Williams design's length that is at least ``rounds``; ``rounds``
+    itself when that multiple is above 12 (the note then says "approximately balanced")."""
+    if arms < 1 or rounds < 1:
+        raise ValueError("complete_rounds needs at least one arm and one round")
+    m = len(williams_orders(arms))
+    whole = -(-rounds // m) * m
+    return whole if whole <= 12 or whole == rounds else rounds
+
+
 def aa_name(baseline: str) -> str:
     """The name of the A/A arm that repeats ``baseline``."""
     return f"{AA_PREFIX}{baseline} again"
@@ -229,19 +254,22 @@ def with_aa(variants: Mapping[str, Callable[[], Any]], baseline: str | None = No
 def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = None, *,
                 max_reruns: int | None = None, limit: float = INTERFERENCE_LIMIT, warmup_rounds: int = 0,
                 progress: bool = True, desc: str = "rounds", unit: str = "s",
-                attempts: int | None = None) -> Rounds:
+                attempts: int | None = None, before_round: Callable[[list[str]], Any] | None = None,
+                after_round: Callable[[], Any] | None = None) -> Rounds:
     """Measure every variant once per round, in orders of a Williams design (``williams_orders``).
 
     Each callable builds its variant afresh (a new seeded model, optimizer and inputs, its own
     warm-up untimed) and returns the timed value: a float, ``(value, metrics)`` or a ``Result``
     (its median sample, metrics and warm-up). ``rounds`` defaults to ``ROUNDS``
-    (``run_sizes.pick`` a smaller number for the smoke size). Round i takes the design's order
+    (``run_sizes.pick`` a smaller number for the smoke size); at the workshop and full sizes it is raised to
+    ``complete_rounds``. ``before_round(order)`` and ``after_round()`` run around every round, untimed (a
+    fresh-process comparison starts the round's processes there). Round i takes the design's order
     i (cycling); a round during which other processes or the hypervisor took more than ``limit``
     cores is measured again in the same order, at most ``max_reruns`` times in all (default: none
     at the smoke size, where the tests share the machine, else half the rounds); the table's note
     says how many were. ``warmup_rounds`` untimed rounds run first (lazy imports, caches).
 
-    With an A/A arm among the variants (``with_aa``), a comparison whose A/A arm gets a verdict is
+    With an A/A arm among the variants (``with_aa``), a comparison whose A/A interval excludes 1.0 is
     measured again as a whole, up to ``attempts`` times (default ``AA_ATTEMPTS``, 1 at the smoke
     size); the result counts the attempts, and when the last one still fails, ``aa_failed`` is set
     and ``Rounds.verdict`` says ``DISTURBED`` for every other arm.
@@ -252,6 +280,8 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
     rounds = ROUNDS if rounds is None else rounds
     if rounds < 1 or warmup_rounds < 0:
         raise ValueError("rounds must be >= 1 and warmup_rounds >= 0")
+    if run_sizes.current_profile() != "smoke":
+        rounds = complete_rounds(len(names), rounds)
     if max_reruns is None:
         max_reruns = run_sizes.pick(smoke=0, workshop=rounds // 2, full=rounds // 2)
     attempts = run_sizes.pick(smoke=1, workshop=AA_ATTEMPTS, full=AA_ATTEMPTS) if attempts is None else attempts
@@ -267,9 +297,10 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
     design = [[names[i] for i in order] for order in williams_orders(len(names))]
     for attempt in range(1, attempts + 1):
         out = _measure_rounds(variants, names, design, rounds, max_reruns, limit, unit,
-                              f"{desc} (attempt {attempt})" if attempt > 1 else desc, progress)
+                              f"{desc} (attempt {attempt})" if attempt > 1 else desc, progress,
+                              before_round, after_round)
         out.attempts = attempt
-        failed = [n for n in aa if verdict(out.samples[aa_baseline(n)], out.samples[n]).word != NO_DIFFERENCE]
+        failed = [n for n in aa if not aa_passes(verdict(out.samples[aa_baseline(n)], out.samples[n]))]
         out.aa_failed = bool(failed)
         if not failed:
             break
@@ -277,16 +308,24 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
 
 
 def _measure_rounds(variants: Mapping[str, Callable[[], Any]], names: list[str], design: list[list[str]],
-                    rounds: int, max_reruns: int, limit: float, unit: str, desc: str, progress: bool) -> Rounds:
+                    rounds: int, max_reruns: int, limit: float, unit: str, desc: str, progress: bool,
+                    before_round: Callable[[list[str]], Any] | None = None,
+                    after_round: Callable[[], Any] | None = None) -> Rounds:
     """One attempt of ``interleaved``: ``rounds`` kept rounds in the design's orders, disturbed ones re-run."""
     out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit, unit=unit)
     bar = _progress(rounds, desc) if progress else None
     try:
         while len(out.interference) < rounds:
             order = design[len(out.interference) % len(design)]  # a re-run round repeats its own order
-            meter = CpuMeter().start()
-            got = {name: _value(variants[name]()) for name in order}
-            load = meter.stop()
+            if before_round is not None:
+                before_round(list(order))
+            try:
+                meter = CpuMeter().start()
+                got = {name: _value(variants[name]()) for name in order}
+                load = meter.stop()
+            finally:
+                if after_round is not None:
+                    after_round()
             if load.disturbed(limit) and out.reruns < max_reruns:
                 out.reruns += 1
                 continue
@@ -377,61 +416,3 @@ def time_fn(fn: Callable[[], Any], *, repeats: int = 5, warmup: int = 1,
 
     warm = [once() for _ in range(warmup)]
     return Result(name=name, samples=[once() for _ in range(repeats)], warmup=warm)
-
-
-def speedup_table(results: Sequence[Result], baseline: str | None = None,
-                  metrics: Sequence[str] = (), title: str = "", unit: str = "s") -> Table:
-    """Median, spread and speed-up (baseline/variant) of each result, with its metrics."""
-    if not results:
-        raise ValueError("no results to tabulate")
-    base = next((r for r in results if r.name == baseline), results[0]) if baseline else results[0]
-    if baseline and base.name != baseline:
-        raise ValueError(f"baseline {baseline!r} is not among the results")
-    cols = ["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up (x)", "95% interval (x)", "verdict"]
-    if any(r.warmup for r in results):
-        cols.insert(1, f"warm-up {unit}")
-    table = Table(cols + list(metrics), title=title,
-                  note="speed-up = baseline/variant per paired round, median over rounds; "
-                       "verdict by helpers.measure.verdict")
-    for r in results:
-        st = r.stats
-        row: list[Any] = [r.name]
-        if "warm-up" in cols[1]:
-            row.append(statistics.median(r.warmup) if r.warmup else None)
-        row += [st.median, st.minimum, st.maximum]
-        if r is base:
-            row += [1.0, "-", "baseline"]
-        elif len(r.samples) == len(base.samples):
-            v = verdict(base.samples, r.samples)
-            row += [v.ratio, v.interval, v.word]
-        else:
-            raise ValueError(f"{r.name!r} has {len(r.samples)} rounds and {base.name!r} {len(base.samples)}: "
-                             "only variants measured in the same interleaved rounds can be compared")
-        row += [r.metrics.get(m) for m in metrics]
-        table.add(*row)
-    return table
-
-
-def loader_time(loader: Any, *, epochs: int = 3, warmup: int = 1, max_batches: int | None = None,
-                name: str = "loader") -> Result:
-    """Seconds to iterate a DataLoader once, data loading alone (no model).
-
-    Each sample is one full pass, starting the iterator (and, without persistent workers,
-    the worker processes) anew, as a training epoch would. ``metrics['images_per_s']`` is
-    the median throughput.
-    """
-    if epochs < 1 or warmup < 0:
-        raise ValueError("epochs must be >= 1 and warmup >= 0")
-    count = 0
-
-    def one_pass() -> None:
-        nonlocal count
-        count = 0
-        for i, (inputs, _) in enumerate(loader):
-            count += len(inputs)
-            if max_batches is not None and i + 1 >= max_batches:
-                break
-
-    res = time_fn(one_pass, repeats=epochs, warmup=warmup, name=name)
-    res.metrics["images_per_s"] = count / res.stats.median
-    return res

@@ -210,23 +210,24 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
 
 @torch.no_grad()
 def evaluate(model: nn.Module, loader: Iterable, loss_fn: LossFn | None = None, *,
-             device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None) -> dict[str, float]:
-    """Accuracy (%) and mean loss of ``model`` on ``loader``, in eval mode without gradients."""
+             device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None) -> dict[str, Any]:
+    """Accuracy (%), mean loss and per-image ``correct`` (for ``accuracy.compare``), in eval mode, no gradients."""
     device = torch.device(device)
     loss_fn = loss_fn or nn.CrossEntropyLoss()
     was_training = model.training
     model.eval()
-    correct, count, loss_total = 0, 0, 0.0
+    correct: list[bool] = []
+    count, loss_total = 0, 0.0
     try:
         for inputs, targets in loader:
             inputs, targets = inputs.to(device), targets.to(device)
             with torch.autocast(device_type=device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
                 out = model(inputs)
                 loss_total += float(loss_fn(out.float(), targets)) * len(targets)
-            correct += int((out.argmax(1) == targets).sum())
+            correct += (out.argmax(1) == targets).tolist()
             count += len(targets)
     finally:
         model.train(was_training)
     if count == 0:
         raise ValueError("evaluate() got an empty loader")
-    return {"accuracy": 100.0 * correct / count, "loss": loss_total / count}
+    return {"accuracy": 100.0 * sum(correct) / count, "loss": loss_total / count, "correct": correct}

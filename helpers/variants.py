@@ -1,21 +1,18 @@
-"""Measuring training variants with the course protocol.
-
-``run_variant`` trains a fresh, identically seeded model per repeat, keeps the first epoch
-apart as warm-up and reports the median of the rest with accuracy beside it;
-``fresh_rounds`` compares variants that each need a process of their own (settings such as
-OpenMP's are read only at start-up): long-lived children of ``helpers.children``, started side
-by side, that take turns in interleaved rounds, each round a fresh model;
-``run_in_fresh_process`` trains one variant once in a new process.
-"""
+"""Measuring training variants with the course protocol: ``run_variant`` (fresh seeded model per repeat,
+first epoch apart), ``fresh_process_rounds`` (arms that need processes of their own: a new process per arm
+and round, started side by side before the round, untimed, then asked in the design's order) and
+``fresh_rounds`` (the book's CNN under per-arm environments, e.g. OpenMP settings)."""
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 from dataclasses import asdict
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 if __name__ == "__main__":  # a variant's own process (python -m helpers.variants), not an import
     from .startup import import_frozen
@@ -145,47 +142,67 @@ def fresh_argv(options: dict[str, Any]) -> list[str]:
     return argv
 
 
-def _children(envs: dict[str, dict[str, str] | None], options: dict[str, Any], timeout: float) -> Any:
+def fresh_process_rounds(commands: Mapping[str, tuple[Sequence[str], Mapping[str, str] | None]],
+                         request: Mapping[str, Any] | None = None, rounds: int | None = None, *,
+                         value: Callable[[dict[str, Any]], Any] | None = None, timeout: float = 3600,
+                         progress: bool = True, max_reruns: int | None = None, fresh_cache: bool = False,
+                         desc: str = "fresh-process rounds") -> tuple[Rounds, dict[str, Any]]:
+    """Arms ``{name: (argv, env)}`` that speak ``helpers.children``'s protocol, compared in interleaved rounds
+    with a NEW process per arm and round; ``value(payload)`` is the timed value (default: its Result).
+    ``fresh_cache``: each process gets its own empty Inductor (and Triton) cache, removed after its round."""
     from .children import Children
 
-    if "name" in options:
-        raise ValueError("the variants are named by the keys of envs, not by a name option")
-    cmds = {name: (fresh_argv({"name": name, **options}), {**(env or {}), "TQDM_DISABLE": "1"})
-            for name, env in envs.items()}
-    return Children(cmds, startup_timeout=timeout)
+    facts: dict[str, Any] = {}
+    live: dict[str, Any] = {}
+    value = value or result_from_payload
+
+    def start(order: list[str]) -> None:
+        cmds = {}
+        for name in order:
+            argv, env = commands[name]
+            env = {**(env or {}), "TQDM_DISABLE": "1"}
+            if fresh_cache:
+                live.setdefault("caches", []).append(tempfile.mkdtemp(prefix="inductor-"))
+                env.update(TORCHINDUCTOR_CACHE_DIR=live["caches"][-1], TRITON_CACHE_DIR=live["caches"][-1] + "/triton")
+            cmds[name] = (argv, env)
+        live["kids"] = Children(cmds, startup_timeout=timeout)
+        try:
+            live["kids"].start()
+        except BaseException:
+            stop()
+            raise
+
+    def stop() -> None:
+        kids = live.pop("kids", None)
+        if kids is not None:
+            kids.close()
+        for folder in live.pop("caches", []):
+            shutil.rmtree(folder, ignore_errors=True)
+
+    def runner(name: str) -> Callable[[], Any]:
+        def run() -> Any:
+            payload = live["kids"].ask(name, dict(request or {}), timeout=timeout)
+            facts[name] = {k: v for k, v in payload.items() if k != "result"}
+            return value(payload)
+        return run
+
+    try:
+        res = interleaved({name: runner(name) for name in commands}, rounds, progress=progress,
+                          max_reruns=max_reruns, desc=desc, before_round=start, after_round=stop)
+    finally:
+        stop()
+    return res, facts
 
 
 def fresh_rounds(envs: dict[str, dict[str, str] | None], rounds: int | None = None, *, timeout: float = 3600,
                  progress: bool = True, max_reruns: int | None = None, **options: Any) -> tuple[Rounds, dict[str, Any]]:
-    """Variants in fresh processes (``{name: extra environment}``), compared in interleaved rounds.
-
-    Every variant gets one long-lived process, all started side by side (start-up is not timed).
-    Then, round after round in rotated order, each process in turn builds a fresh seeded model
-    and trains it (``options``: ``epochs``, ``batch_size``, ``train_size``, ...), one process at a
-    time. Returns the ``measure.Rounds`` (seconds per epoch after the warm-up epoch; metrics:
-    accuracy, loss, ...) and, per variant, the facts its process reported (``torch_threads``,
-    ``openmp`` runtimes loaded, ``standin``).
-    """
-    facts: dict[str, Any] = {}
-    with _children(envs, dict(options), timeout) as kids:
-        def runner(name: str) -> Callable[[], Result]:
-            def run() -> Result:
-                payload = kids.ask(name, {}, timeout=timeout)
-                facts[name] = {k: v for k, v in payload.items() if k != "result"}
-                return result_from_payload(payload)
-            return run
-
-        res = interleaved({name: runner(name) for name in envs}, rounds, progress=progress, max_reruns=max_reruns,
-                          desc="fresh-process rounds")
-    return res, facts
-
-
-def run_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 3600, **options: Any) -> dict[str, Any]:
-    """Train one variant once in a new process with ``env`` added; returns the child's payload
-    (the Result as a dict, its torch thread count, the OpenMP runtimes it loaded)."""
-    name = str(options.pop("name", "variant"))
-    with _children({name: env}, options, timeout) as kids:
-        return kids.ask(name, {}, timeout=timeout)
+    """The book's CNN under per-arm environments ``{name: extra env}`` (``options``: ``epochs``, ``batch_size``,
+    ``train_size``, ...) in ``fresh_process_rounds``; returns the Rounds (seconds per epoch after the
+    warm-up epoch) and each arm's last process facts (``torch_threads``, ``openmp``, ``standin``)."""
+    if "name" in options:
+        raise ValueError("the variants are named by the keys of envs, not by a name option")
+    commands = {name: (fresh_argv({"name": name, **options}), env) for name, env in envs.items()}
+    return fresh_process_rounds(commands, {}, rounds, timeout=timeout, progress=progress, max_reruns=max_reruns)
 
 
 def result_from_payload(payload: dict[str, Any]) -> Result:

@@ -1,6 +1,7 @@
 """The course's one comparison rule: ``verdict`` turns paired per-round values of a baseline and a
-variant into a ratio, its exact signed-rank interval and one word ("faster", "slower" or
-"no measurable difference"). Pure arithmetic on plain numbers; ``helpers.measure`` re-exports it."""
+variant into the Hodges-Lehmann ratio, its exact signed-rank interval, one word ("faster", "slower"
+or "no measurable difference") and the smallest effect the run could have seen (``detectable``).
+Pure arithmetic on plain numbers; the reasoning and measured noise are in docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -11,17 +12,17 @@ from functools import lru_cache
 from typing import Sequence
 
 ROUNDS = 8
-"""The course's default number of interleaved rounds. With per-round noise of 6% per variant
-(log SD) on top of an 8% drift shared by the round, ``verdict`` then calls identical variants
-different about 1% of the time and finds a true 15% difference about 89% of the time
-(tests/test_measure.py simulates both)."""
+"""Default interleaved rounds. At the noise measured on the Zen 3 reference VM (chapter 01's A/A: 12.4% per
+variant and round, so 17.5% for a log ratio) 8 rounds can see about 27% and 12 about 20% (``detectable``)."""
 
 MIN_ROUNDS = 6
-"""Below this many paired rounds no 95% signed-rank interval exists: every verdict is
-"no measurable difference" (and says why)."""
+"""Below this many paired rounds no 95% signed-rank interval exists: every verdict says so."""
 
 MIN_EFFECT = 0.02
+POWER = 0.80
 NO_DIFFERENCE = "no measurable difference"
+
+
 @lru_cache(maxsize=None)
 def _signed_rank_cdf(n: int) -> tuple[float, ...]:
     """P(T+ <= t) for t = 0..n(n+1)/2 under the null (exact, by counting sign patterns)."""
@@ -49,14 +50,63 @@ def _critical_rank(n: int, confidence: float) -> int:
     return c
 
 
+def _walsh(logs: Sequence[float]) -> list[float]:
+    n = len(logs)
+    return sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+
+
+@lru_cache(maxsize=None)
+def _low_quantile(n: int, confidence: float = 0.95, power: float = POWER) -> float:
+    """The (1 - power) quantile of the interval's lower bound for unit-SD normal log-ratio noise (simulated)."""
+    import numpy as np
+
+    c = _critical_rank(n, confidence)
+    rng = np.random.default_rng(20261129)
+    z = rng.standard_normal((40_000, n))
+    i, j = np.triu_indices(n)
+    lows = np.sort((z[:, i] + z[:, j]) / 2, axis=1)[:, c]
+    return float(np.quantile(lows, 1 - power))
+
+
+def detectable(noise: float, rounds: int, *, min_effect: float = MIN_EFFECT, confidence: float = 0.95) -> float | None:
+    """The smallest true ratio the rule calls "faster" ``POWER`` of the time over ``rounds`` paired rounds
+    whose log ratios have SD ``noise`` (rounded to 0.5%); None below ``MIN_ROUNDS``. An estimate."""
+    if noise < 0 or math.isnan(noise):
+        raise ValueError("noise is a standard deviation of log ratios (>= 0)")
+    if _critical_rank(rounds, confidence) < 0:
+        return None
+    grid = round(noise / 0.005) * 0.005
+    return (1 + min_effect) * math.exp(-grid * _low_quantile(rounds, confidence))
+
+
+def log_noise(*arms: Sequence[float]) -> float:
+    """Pooled SD of log ratios around each arm's own mean (one sequence of ratios per arm)."""
+    ss, df = 0.0, 0
+    for ratios in arms:
+        logs = [math.log(r) for r in ratios]
+        if len(logs) > 1:
+            m = statistics.fmean(logs)
+            ss += sum((x - m) ** 2 for x in logs)
+            df += len(logs) - 1
+    if df == 0:
+        raise ValueError("the noise needs at least two rounds of one arm")
+    return math.sqrt(ss / df)
+
+
+def _outward(bound: float, up: bool, edges: set[float]) -> str:
+    """``bound`` rounded away from the estimate: 2 decimals, more where 2 would print a threshold it misses."""
+    for digits in (2, 3, 4):
+        scale = 10 ** digits
+        value = (math.ceil(bound * scale - 1e-9) if up else math.floor(bound * scale + 1e-9)) / scale
+        if round(value, digits) not in edges or abs(bound - value) < 1e-12:
+            break
+    return f"{value:.{digits}f}"
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of comparing a variant with its baseline over paired rounds.
-
-    ``ratio`` is the median over rounds of baseline/variant for times (> 1: the variant is
-    faster), ``low``-``high`` its interval, ``word`` one of "faster", "slower",
-    "no measurable difference", and ``reason`` says why when no interval could be made.
-    """
+    """A variant against its baseline over paired rounds: Hodges-Lehmann ``ratio`` (> 1: the variant
+    did better), ``low``-``high`` its interval, ``word``, and ``detectable`` (see ``detectable``)."""
 
     ratio: float
     low: float
@@ -66,22 +116,25 @@ class Verdict:
     confidence: float = 0.95
     reason: str = ""
     min_effect: float = MIN_EFFECT
+    detectable: float | None = None
 
     @property
     def interval(self) -> str:
-        """The interval as text; "none (N rounds)" when too few rounds gave none.
-
-        Bounds get two decimals, three where two would print a threshold (1 +- ``min_effect``)
-        the bound does not equal, so the printed interval never seems to contradict the word.
-        """
+        """The interval as text, bounds rounded outward; "none (N rounds)" when too few rounds gave none."""
         if self.reason:
             return f"none ({self.rounds} rounds)"
-        edges = {round(1 + self.min_effect, 2), round(1 - self.min_effect, 2)}
+        edges = {round(1 + self.min_effect, 4), round(1 - self.min_effect, 4)}
+        return f"{_outward(self.low, False, edges)}-{_outward(self.high, True, edges)}"
 
-        def text(bound: float) -> str:
-            two = f"{bound:.2f}"
-            return f"{bound:.3f}" if float(two) in edges and abs(bound - float(two)) > 1e-12 else two
-        return f"{text(self.low)}-{text(self.high)}"
+    @property
+    def could_see(self) -> str:
+        """"could see >= 27%": the effect this run would have called faster 80% of the time ('' if unknown)."""
+        return "" if self.detectable is None else f"could see ≥ {100 * (self.detectable - 1):.0f}%"
+
+    @property
+    def label(self) -> str:
+        """The word, with what the run could see after "no measurable difference"."""
+        return f"{self.word} ({self.could_see})" if self.word == NO_DIFFERENCE and self.could_see else self.word
 
     @property
     def than(self) -> str:
@@ -100,21 +153,16 @@ class Verdict:
     def __str__(self) -> str:
         if self.reason:
             return f"{self.ratio:.2f}x: {self.word} ({self.reason})"
-        return f"{self.ratio:.2f}x ({self.confidence:.0%} interval {self.interval}, {self.rounds} rounds): {self.word}"
+        return f"{self.ratio:.2f}x ({self.confidence:.0%} interval {self.interval}, {self.rounds} rounds): {self.label}"
 
 
 def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: float = MIN_EFFECT,
-            higher_is_better: bool = False, confidence: float = 0.95) -> Verdict:
-    """The course's one comparison rule.
+            higher_is_better: bool = False, confidence: float = 0.95, noise: float | None = None) -> Verdict:
+    """The course's one rule over paired per-round values (lower is better unless ``higher_is_better``).
 
-    ``baseline`` and ``variant`` are per-round values in round order (round i of both ran back
-    to back), lower is better unless ``higher_is_better``. The ratio is the median over rounds
-    of baseline/variant (variant/baseline when higher is better), so > 1 always means the
-    variant did better. Its interval is the exact Wilcoxon signed-rank (Hodges-Lehmann)
-    interval of the log ratios: distribution-free, and one wild round moves it little.
-    The word is "faster" when the whole interval lies above ``1 + min_effect``, "slower"
-    when it lies below ``1 - min_effect``, else "no measurable difference" -- also when
-    there are fewer than ``MIN_ROUNDS`` rounds, which the reason then says.
+    Ratio: the Hodges-Lehmann estimate of baseline/variant, inside its exact signed-rank interval. "faster"
+    when the interval lies above ``1 + min_effect``, "slower" below ``1 - min_effect``, else no measurable
+    difference; ``noise`` (SD of log ratios, default this pair's own) sizes ``detectable``.
     """
     if len(baseline) != len(variant):
         raise ValueError(f"paired rounds needed: {len(baseline)} baseline values, {len(variant)} variant values")
@@ -127,14 +175,14 @@ def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: 
         raise ValueError("verdict compares positive values (times or rates)")
     ratios = [v / b if higher_is_better else b / v for b, v in pairs]
     n = len(ratios)
-    ratio = statistics.median(ratios)
+    walsh = _walsh([math.log(r) for r in ratios])
+    ratio = math.exp(statistics.median(walsh))
     c = _critical_rank(n, confidence)
     if c < 0:
         return Verdict(ratio, min(ratios), max(ratios), NO_DIFFERENCE, n, confidence,
                        f"{n} round{'s' if n != 1 else ''} cannot give a {confidence:.0%} interval; "
                        f"a verdict needs at least {MIN_ROUNDS}", min_effect)
-    logs = [math.log(r) for r in ratios]
-    walsh = sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
     low, high = math.exp(walsh[c]), math.exp(walsh[-c - 1])
     word = "faster" if low > 1 + min_effect else "slower" if high < 1 - min_effect else NO_DIFFERENCE
-    return Verdict(ratio, low, high, word, n, confidence, min_effect=min_effect)
+    seen = detectable(log_noise(ratios) if noise is None else noise, n, min_effect=min_effect, confidence=confidence)
+    return Verdict(ratio, low, high, word, n, confidence, min_effect=min_effect, detectable=seen)

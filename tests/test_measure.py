@@ -25,31 +25,6 @@ def test_time_fn_counts_and_separates_warmup():
         measure.time_fn(lambda: None, repeats=0)
 
 
-def test_speedup_table_ratio():
-    base = measure.Result("base", [2.0, 2.0, 2.0], warmup=[3.0], metrics={"accuracy": 90.0})
-    fast = measure.Result("fast", [1.0, 1.0, 1.0], warmup=[1.5], metrics={"accuracy": 89.0})
-    t = measure.speedup_table([base, fast], baseline="base", metrics=["accuracy"])
-    rows = t.as_dicts()
-    assert rows[1]["speed-up (x)"] == pytest.approx(2.0) and rows[1]["accuracy"] == 89.0
-    assert rows[1]["verdict"] == measure.NO_DIFFERENCE  # 3 rounds: too few for a verdict
-    assert rows[0]["warm-up s"] == 3.0 and rows[0]["verdict"] == "baseline"
-    with pytest.raises(ValueError):
-        measure.speedup_table([base], baseline="nope")
-    with pytest.raises(ValueError, match="same interleaved rounds"):
-        measure.speedup_table([base, measure.Result("other", [1.0])])
-
-
-def test_loader_time_counts_images():
-    loader = [(torch.zeros(4, 2), None)] * 3
-    res = measure.loader_time(loader, epochs=2, warmup=1, name="list")
-    assert res.name == "list" and len(res.samples) == 2
-    assert res.metrics["images_per_s"] == pytest.approx(12 / res.stats.median)  # 3 batches of 4 per pass
-    capped = measure.loader_time(loader, epochs=1, warmup=0, max_batches=1)
-    assert capped.metrics["images_per_s"] == pytest.approx(4 / capped.stats.median)
-    with pytest.raises(ValueError):
-        measure.loader_time(loader, epochs=0)
-
-
 def test_interleaved_orders_follow_a_williams_design_and_pair_rounds():
     calls = []
     variants = {name: (lambda name=name: calls.append(name) or {"a": 2.0, "b": 1.0, "c": 1.0}[name])
@@ -61,6 +36,7 @@ def test_interleaved_orders_follow_a_williams_design_and_pair_rounds():
     assert r.verdict("b").word == "faster" and r.verdict("c", baseline="b").word == measure.NO_DIFFERENCE
     t = r.table(title="t")
     assert t.column("verdict") == ["baseline", "faster", "faster"] and "6 interleaved rounds" in t.note
+    assert "a complete Williams design (1 x 6 orders)" in t.note and "balanced" not in t.note
     with pytest.raises(ValueError):
         measure.interleaved({}, rounds=2)
 
@@ -162,6 +138,7 @@ def fake_meter(monkeypatch, loads):
 
 def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
     loads = iter([0.9, 0.0, 0.9, 0.9, 0.0])  # cores taken by others in each measured round
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")  # 3 rounds as asked (larger sizes complete the design)
 
     fake_meter(monkeypatch, loads)
     r = measure.interleaved({"a": lambda: (1.0, {"acc": 50.0}), "b": lambda: 1.0}, rounds=3, max_reruns=2,
@@ -173,7 +150,7 @@ def test_interleaved_reruns_disturbed_rounds_within_budget(monkeypatch):
 
 def test_interval_text_never_prints_a_threshold_the_bound_misses():
     near = measure.Verdict(1.0, 0.9812, 1.0196, measure.NO_DIFFERENCE, 8)
-    assert near.interval == "0.981-1.020"
+    assert near.interval == "0.981-1.0196"  # outward: 1.020 would be rounded up onto the threshold
     exact = measure.Verdict(1.1, 1.02, 1.2, "no measurable difference", 8)
     assert exact.interval == "1.02-1.20"
     plain = measure.Verdict(1.3, 1.2345, 1.456, "faster", 8)
@@ -196,3 +173,57 @@ def test_sample_long_enough_rule():
     assert not sample_long_enough(5, 0.1)
     with pytest.raises(ValueError):
         sample_long_enough(0, 1.0)
+
+
+@pytest.mark.parametrize("arms, rounds", [(2, 8), (3, 12), (4, 8), (5, 10), (6, 12), (8, 8), (7, 8), (11, 8)])
+def test_complete_rounds_at_the_workshop_size(monkeypatch, arms, rounds):
+    monkeypatch.setenv("COURSE_PROFILE", "workshop")
+    assert measure.complete_rounds(arms) == rounds
+    names = [f"arm{i}" for i in range(arms)]
+    r = measure.interleaved({n: (lambda: 1.0) for n in names}, progress=False, max_reruns=0)
+    assert r.rounds == rounds
+    followers = r.followers()
+    if rounds % len(measure.williams_orders(arms)) == 0:  # every ordered pair adjacent equally often
+        assert len(set(followers.values())) == 1 and len(followers) == arms * (arms - 1)
+        assert "complete Williams design" in r.note() and "approximately" not in r.note()
+    else:
+        assert f"approximately balanced ({rounds} of {2 * arms if arms % 2 else arms} orders)" in r.note()
+
+
+def test_smoke_keeps_the_rounds_asked_for_and_never_says_balanced(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    r = measure.interleaved({"a": lambda: 1.0, "b": lambda: 1.0, "c": lambda: 1.0}, rounds=1, progress=False)
+    assert r.rounds == 1 and "incomplete design (1 of 6 orders)" in r.note() and "balanced" not in r.note()
+    with pytest.raises(ValueError):
+        measure.complete_rounds(0)
+
+
+def test_an_aa_arm_passes_only_when_its_interval_contains_one():
+    # an offset of 1.5% is inside the +-2% band but its interval excludes 1.0: the A/A fails
+    shifted = [1.015 * (1 + 0.001 * (i % 3)) for i in range(8)]
+    v = measure.verdict([1.0] * 8, shifted)
+    assert v.word == measure.NO_DIFFERENCE and not measure.aa_passes(v)
+    assert measure.aa_word(v).startswith("A/A failed")
+    assert measure.aa_passes(measure.verdict([1.0] * 8, [1.0, 1.01, 0.99, 1.0, 1.02, 0.98, 1.0, 1.0]))
+    assert measure.aa_passes(measure.verdict([1.0], [2.0]))  # no interval: nothing to fail on
+
+
+def test_round_hooks_run_around_every_round_untimed():
+    log = []
+    r = measure.interleaved({"a": lambda: log.append("a") or 1.0, "b": lambda: log.append("b") or 1.0}, rounds=2,
+                            progress=False, max_reruns=0, before_round=lambda order: log.append(("start", order)),
+                            after_round=lambda: log.append("stop"))
+    assert log == [("start", ["a", "b"]), "a", "b", "stop", ("start", ["b", "a"]), "b", "a", "stop"]
+    assert r.rounds == 2
+
+
+def test_no_measurable_difference_says_what_the_run_could_see():
+    base = [1.0, 1.1, 0.9, 1.05, 0.95, 1.0, 1.02, 0.98]
+    samples = {"a": base, "b": [x * 1.01 for x in reversed(base)], "A/A: a again": list(reversed(base))}
+    r = measure.Rounds(list(samples), samples, {n: [{}] * 8 for n in samples},
+                       orders=[list(samples)] * 8)
+    t = r.table()
+    assert t.column("verdict")[1].startswith("no measurable difference (could see ≥ ")
+    assert t.column("verdict")[2] == "A/A passed (contains 1.0)"
+    assert "from the A/A arm's log-ratio noise" in t.note
+    assert r.noise() == pytest.approx(measure.log_noise([b / a for b, a in zip(base, reversed(base))]))

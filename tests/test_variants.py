@@ -40,13 +40,46 @@ def test_fresh_argv_checks_options():
     argv = variants.fresh_argv({"name": "x", "batch_size": 64, "no_bias": True, "threads": None})
     assert argv[1:] == ["-m", "helpers.variants", "--name", "x", "--batch-size", "64", "--no-bias"]
     with pytest.raises(ValueError, match="unknown option"):  # checked before any process starts
-        variants.run_in_fresh_process(epochz=2)
+        variants.fresh_rounds({"a": None}, rounds=1, epochz=2)
 
 
 def test_result_from_payload_rebuilds_the_result():
     res = measure.Result("a", [1.0, 2.0], [3.0], {"accuracy": 50.0}, {"threads": 1})
     back = variants.result_from_payload({"result": asdict(res), "torch_threads": 1})
     assert back == res
+
+
+STANDIN = ("import json, os, sys\n"
+           "print('child-ready', flush=True)\n"
+           "for line in sys.stdin:\n"
+           "    if line.strip() == 'STOP': break\n"
+           "    cache = os.environ.get('TORCHINDUCTOR_CACHE_DIR')\n"
+           "    print('RESULT ' + json.dumps({'pid': os.getpid(), 'cache': cache, 'empty': not os.listdir(cache) if cache else None,"
+           " 'arm': os.environ['ARM']}), flush=True)\n")
+
+
+def test_fresh_process_rounds_start_a_new_process_per_arm_and_round(monkeypatch):
+    """A stand-in child (no torch): every arm gets a new process in every round, each with its own empty cache,
+    removed afterwards; the A/A arm re-measures with new processes too."""
+    import os
+    import sys
+
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
+    seen = []
+
+    def value(payload):
+        seen.append(payload)
+        return 1.0
+
+    cmds = {name: ([sys.executable, "-c", STANDIN], {"ARM": name}) for name in ("a", "b", measure.aa_name("a"))}
+    got, facts = variants.fresh_process_rounds(cmds, rounds=3, value=value, progress=False, fresh_cache=True)
+    assert got.rounds == 3 and len(seen) == 9
+    assert len({p["pid"] for p in seen}) == 9            # nine processes for three arms over three rounds
+    assert all(p["empty"] for p in seen) and len({p["cache"] for p in seen}) == 9
+    assert not any(os.path.exists(p["cache"]) for p in seen)  # every cache removed after its round
+    assert [o for o in got.orders] == [list(o) for o in
+                                       ([["a", "b", "A/A: a again"], ["b", "A/A: a again", "a"], ["A/A: a again", "a", "b"]])]
+    assert facts["b"]["arm"] == "b"
 
 
 def test_fresh_rounds_take_turns_in_rotated_rounds_each_with_its_environment():
@@ -61,8 +94,3 @@ def test_fresh_rounds_take_turns_in_rotated_rounds_each_with_its_environment():
     assert len(res.warmup) == 2 and 0 <= res.metrics["accuracy"] <= 100
     with pytest.raises(ValueError, match="named by the keys"):
         variants.fresh_rounds({"a": None}, name="x")
-    payload = variants.run_in_fresh_process({**standin, "OMP_NUM_THREADS": "1"}, name="solo", epochs=2,
-                                            train_size=16, test_size=8)
-    assert variants.result_from_payload(payload).name == "solo" and payload["torch_threads"] == 1
-    with pytest.raises(RuntimeError, match="'bad': the child process ended before it was ready"):
-        variants.run_in_fresh_process({"COURSE_PROFILE": "bogus"}, name="bad", epochs=2)

@@ -18,7 +18,8 @@ def tiny_spec() -> served.ModelSpec:
     return served.ModelSpec("tiny", models.small_cnn(3, 10).eval(), (3, 16, 16), "tiny test CNN")
 
 
-def test_every_engine_agrees_with_eager():
+def test_every_engine_agrees_with_eager(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")  # the rounds asked for (larger sizes complete the design)
     pytest.importorskip("openvino")  # no wheel for Linux aarch64: the next test runs the rest there
     found = rounds.compare(tiny_spec(), batch=4, engines="eager,onnxruntime,openvino:f32,openvino",
                            device="cpu", repeats=2, warmup=1, rounds=3, progress=False)
@@ -70,6 +71,7 @@ def test_static_and_dynamic_exports_in_the_same_rounds():
 
 
 def test_three_arms_carry_an_aa_arm_with_its_own_sessions(monkeypatch):
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")
     built = []
     real = rounds.eager_runner
 
