@@ -158,22 +158,29 @@ def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any
     return progress
 
 
-def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, float]:
-    """Each rank scores its share of the test set; the counts are summed over ranks."""
+def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, Any]:
+    """Each rank scores its share of the test set; counts and per-image ``correct`` are summed over ranks."""
     import torch
     from torch.utils.data import DataLoader, Subset
 
-    shard = Subset(test_set, range(info.rank, len(test_set), info.world_size))
+    mine = range(info.rank, len(test_set), info.world_size)
+    hits = [0.0] * len(test_set)
     correct = count = 0
     loss = 0.0
     model.eval()
     with torch.no_grad():
-        for inputs, targets in DataLoader(shard, batch_size=512):
+        at = 0
+        for inputs, targets in DataLoader(Subset(test_set, mine), batch_size=512):
             inputs, targets = inputs.to(device), targets.to(device)
             out = model(inputs)
             loss += float(torch.nn.functional.cross_entropy(out, targets, reduction="sum"))
-            correct += int((out.argmax(1) == targets).sum())
+            right = (out.argmax(1) == targets).tolist()
+            for k, ok in enumerate(right):
+                hits[mine[at + k]] = float(ok)
+            at += len(right)
+            correct += sum(right)
             count += len(targets)
     model.train()
-    c, n, total = sum_across_ranks([correct, count, loss], device, comm).tolist()
-    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n}
+    c, n, total, *per_image = sum_across_ranks([correct, count, loss, *hits], device, comm).tolist()
+    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n,
+            "correct": [v > 0.5 for v in per_image]}

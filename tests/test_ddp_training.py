@@ -175,7 +175,10 @@ def test_evaluate_on_all_ranks_scores_each_share_and_sums_the_counts():
     rank0 = _AddOtherRanks(rank1.sent)
     both = T.evaluate_on_all_ranks(model, test_set, ranks.RankInfo(0, 2, 0, 2, "torchrun"), cpu, rank0)
     share_loss = torch.nn.functional.cross_entropy(model(torch.zeros(5, 2)), targets[0::2], reduction="sum").item()
-    assert rank0.sent[0].tolist() == [3.0, 5.0, pytest.approx(share_loss)]  # its own counts: 3 right of 0, 2, 4, 6, 8
+    own = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]  # per image: right on 0 and 6 (2 and 4 are 1, 0)
+    own[8] = 1.0
+    assert rank0.sent[0].tolist() == [3.0, 5.0, pytest.approx(share_loss), *own]  # 3 right of 0, 2, 4, 6, 8
     whole = torch.nn.functional.cross_entropy(model(torch.zeros(10, 2)), targets).item()
     assert both["count"] == 10 and both["accuracy"] == 70.0 and both["loss"] == pytest.approx(whole)
+    assert both["correct"] == [t == 3 for t in targets.tolist()]  # per image, in test-set order
     assert model.training  # left in training mode
