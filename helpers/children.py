@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -36,6 +37,8 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
+
+from .orphans import guard, watch_parent
 
 READY, STOP, RESULT = "child-ready", "STOP", "RESULT "
 
@@ -122,6 +125,17 @@ def stop(procs: Sequence[subprocess.Popen], schedule: Sequence[tuple[int | None,
                 pass
 
 
+def _check_command(command: Sequence[str], env: Mapping[str, str] | None, cwd: str | None) -> None:
+    """Raise FileNotFoundError for a command that cannot start (as Popen would, before the wrapper hides it)."""
+    name = command[0]
+    if os.sep in name:
+        found = os.access(os.path.join(cwd or "", name), os.X_OK)
+    else:
+        found = shutil.which(name, path=(os.environ if env is None else env).get("PATH", os.defpath)) is not None
+    if not found:
+        raise FileNotFoundError(2, "No such file or directory", name)
+
+
 @dataclass
 class Finished:
     """A finished ``Job``: the first non-zero exit code (0 when all succeeded), seconds, merged output."""
@@ -163,7 +177,8 @@ class Job:
         self.started = time.perf_counter()
         try:
             for c in self.commands:
-                proc = subprocess.Popen(c, env=None if self.env is None else dict(self.env), cwd=self.cwd,
+                _check_command(c, self.env, self.cwd)
+                proc = subprocess.Popen(guard(c), env=None if self.env is None else dict(self.env), cwd=self.cwd,
                                         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                         text=True, errors="replace", start_new_session=self.new_session)
                 self.procs.append(proc)
@@ -258,9 +273,10 @@ class Children:
     def start(self) -> None:
         """Start every child, then wait until each has printed its ready line."""
         for name, (argv, env) in self.commands.items():
+            _check_command(argv, {**os.environ, **env}, self.cwd)
             self.logs[name] = tempfile.TemporaryFile("w+")
             self.procs[name] = subprocess.Popen(
-                argv, env={**os.environ, **env}, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                guard(argv), env={**os.environ, **env}, cwd=self.cwd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=self.logs[name], text=True, start_new_session=True)
         deadline = time.monotonic() + self.startup_timeout
         for name in self.procs:
@@ -342,6 +358,9 @@ class Children:
 
 def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], *, stdin: Any = None, stdout: Any = None) -> None:
     """The child's side: print the ready line, answer each request line with ``handle``, stop on STOP/EOF."""
+    busy = threading.Event()
+    if stdin is None:  # stdin is read between requests only: a watcher stops us mid-request if the parent is gone
+        threading.Thread(target=watch_parent, args=(busy, sys.stdin.fileno()), daemon=True).start()
     stdin = stdin or sys.stdin
     stdout = stdout or sys.stdout
     print(READY, file=stdout, flush=True)
@@ -351,4 +370,9 @@ def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], *, stdin: Any = No
             break
         if not line:
             continue
-        print(RESULT + json.dumps(handle(json.loads(line)), default=str), file=stdout, flush=True)
+        busy.set()
+        try:
+            result = handle(json.loads(line))
+        finally:
+            busy.clear()
+        print(RESULT + json.dumps(result, default=str), file=stdout, flush=True)

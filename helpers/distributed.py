@@ -316,6 +316,7 @@ def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any,
             "lr": lr, "base_lr": args.lr, "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
             "epoch_losses": progress["epoch_losses"], "data_wait": progress["data_wait"],
             "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
+            "correct": ev["correct"],
             "replicas_identical": identical, "resumed_from": progress["resumed_from"],
             "standin": data.is_standin(train_set), "seed": seed,
         }
@@ -367,8 +368,10 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
+    from .orphans import die_with_parent
     from .startup import exit_without_collection, import_frozen
 
+    die_with_parent()  # a rank stops when its torchrun agent or mpirun dies, even by SIGKILL
     import_frozen("torch")  # a rank starts sooner (see helpers.startup)
     main()
     exit_without_collection()

@@ -17,6 +17,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import getpass
 import json
 import os
 import re
@@ -24,9 +26,10 @@ import shutil
 import socket
 import statistics
 import sys
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 from .children import Job, JobTimeout
 from .distributed import SBATCH_SCRIPT
@@ -212,15 +215,63 @@ def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[s
     raise AssertionError("not reached")
 
 
+def scratch_root() -> Path:
+    """The folder of the jobs' scratch folders (one per user, in the system's temporary folder)."""
+    # a short path: Open MPI puts Unix sockets under TMPDIR, and their paths may not pass 107 bytes
+    return Path(tempfile.gettempdir()) / f"course-jobs-{getattr(os, 'getuid', lambda: 0)()}"
+
+
+def reclaim_scratch() -> list[Path]:
+    """Remove the scratch folders whose owner process has ended (a parent killed by SIGKILL); return them."""
+    import psutil
+
+    gone = []
+    root = scratch_root()
+    for folder in root.iterdir() if root.is_dir() else []:
+        owner = folder.name.split("-", 1)[0]
+        if owner.isdigit() and not psutil.pid_exists(int(owner)):
+            shutil.rmtree(folder, ignore_errors=True)
+            gone.append(folder)
+    return gone
+
+
+@contextlib.contextmanager
+def job_scratch() -> Iterator[Path]:
+    """A new TMPDIR folder for one job, ``<scratch_root>/<pid>-<random>``, removed when the job ends."""
+    # torchrun writes a torchelastic_* folder per job and never removes it, Open MPI its session
+    # files; a parent killed by SIGKILL leaves its folder to the next job, which reclaims it
+    reclaim_scratch()
+    root = scratch_root()
+    root.mkdir(mode=0o700, exist_ok=True)
+    folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _inductor_cache() -> str:
+    # PyTorch's default Inductor cache (the temporary folder, per user), which a job's own TMPDIR
+    # would move: the ranks keep compiling from, and into, the cache they always had
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = f"uid_{getattr(os, 'getuid', lambda: 0)()}"
+    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+
+
 def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout: float,
               env: Mapping[str, str] | None, grace: float) -> JobResult:
     if out is not None and Path(out).exists():
         Path(out).unlink()
-    job = Job(commands, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", **(env or {})})
-    try:
-        finished = job.start().wait(timeout, grace)
-    except JobTimeout as exc:
-        raise DistributedSetupError(f"{exc}. Its last output:\n{exc.output[-1500:]}") from None
+    with job_scratch() as scratch:
+        job = Job(commands, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1",
+                                 "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", _inductor_cache()),
+                                 "TMPDIR": str(scratch), **(env or {})})
+        try:
+            finished = job.start().wait(timeout, grace)
+        except JobTimeout as exc:
+            raise DistributedSetupError(f"{exc}. Its last output:\n{exc.output[-1500:]}") from None
     summary = json.loads(Path(out).read_text()) if out is not None and Path(out).exists() else None
     return JobResult(finished.returncode, finished.seconds, finished.output, summary, first_error(finished.output))
 
