@@ -208,3 +208,44 @@ def test_an_unsupported_python_given_by_hand_stops_the_build_with_the_fix(tmp_pa
         assert proc.returncode != 0 and f"Python 3.10.0 ({old}) is not supported: the course needs 3.11, 3.12 or 3.13; " \
             "install one -- Ubuntu 24.04, Debian 12/13: sudo apt-get install python3 python3-venv python3-dev" in proc.stderr
         assert not (tmp_path / "cache").exists()   # stopped before anything was made
+
+
+def test_two_make_setups_at_once_build_one_environment(tmp_path):
+    """The real recipe of $(VENV)/.installed, twice at once, with a stand-in for the 8 GB build (SUBMAKE)."""
+    import sys
+    import time
+
+    fake = tmp_path / "fake_build.py"
+    fake.write_text("import pathlib, sys, time\n"
+                    "args = dict(a.split('=', 1) for a in sys.argv[1:] if '=' in a)\n"
+                    "assert '_build-venv' in sys.argv, sys.argv\n"
+                    "venv = pathlib.Path(args['VENV'])\n"
+                    f"pathlib.Path({str(tmp_path / 'started')!r}).touch()\n"
+                    f"while not pathlib.Path({str(tmp_path / 'release')!r}).exists(): time.sleep(0.05)\n"
+                    f"open({str(tmp_path / 'builds.log')!r}, 'a').write('built\\n')\n"
+                    "venv.mkdir(parents=True, exist_ok=True)\n"
+                    "(venv / '.installed').touch()\n")
+    venv = tmp_path / "cache" / "venv-shared"
+
+    def make():
+        return subprocess.Popen(["make", "--no-print-directory", f"{venv}/.installed", f"VENV={venv}",
+                                 f"CACHE={tmp_path / 'cache'}", f"PYTHON={sys.executable}",
+                                 f"SUBMAKE={sys.executable} {fake}"], cwd=ROOT, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    first = make()
+    end = time.monotonic() + 60
+    while not (tmp_path / "started").exists():
+        assert time.monotonic() < end and first.poll() is None, first.communicate()[0]
+        time.sleep(0.05)
+    second = make()
+    import select
+
+    assert select.select([second.stdout], [], [], 60)[0], "the second make said nothing within 60 s"
+    said = second.stdout.readline()     # the second one waits for the first's build, and says so ...
+    (tmp_path / "release").touch()      # ... then the first one's build ends
+    out1, out2 = first.communicate(timeout=120)[0], said + second.communicate(timeout=120)[0]
+    assert first.returncode == 0 and second.returncode == 0, out1 + out2
+    assert (tmp_path / "builds.log").read_text() == "built\n" and (venv / ".installed").is_file()
+    assert said.startswith(f"Another `make setup` is building {venv}: waiting for it to finish"), out2
+    assert f"{venv} is ready (built by the other run): reusing it" in out2

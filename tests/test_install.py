@@ -238,7 +238,8 @@ FAKE_BUILD = """
 import os, pathlib, sys, time
 venv, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 (log.parent / "started").touch()
-time.sleep(float(os.environ.get("SLEEP", "2")))
+while os.environ.get("HOLD") and not (log.parent / "release").exists():  # HOLD=1: build until the test says
+    time.sleep(0.05)
 with log.open("a") as f:
     f.write(f"built by {os.getpid()}\\n")
 if os.environ.get("FAIL"):
@@ -255,6 +256,15 @@ def _build_locked(venv, log, python=sys.executable, flags=(), **env):
                             env={**os.environ, **env}, start_new_session=True)
 
 
+def first_line(proc, seconds=60.0):
+    """The first line ``proc`` prints, failing after ``seconds`` instead of hanging."""
+    import select
+
+    ready, _, _ = select.select([proc.stdout], [], [], seconds)
+    assert ready, f"no output within {seconds} s"
+    return proc.stdout.readline()
+
+
 def _wait_for(path, seconds=30.0):
     end = time.monotonic() + seconds
     while not path.exists():
@@ -264,30 +274,35 @@ def _wait_for(path, seconds=30.0):
 
 def test_two_setups_at_once_build_the_environment_once_and_the_second_reuses_it(tmp_path):
     venv, log = tmp_path / "cache" / "venv-py3.11-abc", tmp_path / "builds.log"
-    first = _build_locked(venv, log)
+    first = _build_locked(venv, log, HOLD="1")
     _wait_for(tmp_path / "started")           # the first one holds the lock and is building
     second = _build_locked(venv, log)
-    out1, out2 = first.communicate(timeout=60)[0], second.communicate(timeout=60)[0]
+    said = first_line(second)           # the second one waits, and says so; then the first one finishes
+    (tmp_path / "release").touch()
+    out1, out2 = first.communicate(timeout=60)[0], said + second.communicate(timeout=60)[0]
     assert first.returncode == 0 and second.returncode == 0, out1 + out2
     assert len(log.read_text().splitlines()) == 1, "built twice"
     assert (venv / ".installed").is_file() and install.lock_path(venv) == venv.with_name("venv-py3.11-abc.lock")
     assert "Another `make setup` is building" in out2 and "waiting for it to finish" in out2
     assert f"{venv} is ready (built by the other run): reusing it" in out2
-    assert "waiting" not in out1
+    assert "waiting" not in out1 and said.startswith("Another `make setup` is building")
 
 
 def test_a_failed_or_killed_build_leaves_the_next_one_to_build(tmp_path):
     venv, log = tmp_path / "venv-x", tmp_path / "builds.log"
-    failing = _build_locked(venv, log, FAIL="1", SLEEP="1.5")
+    failing = _build_locked(venv, log, FAIL="1", HOLD="1")
     _wait_for(tmp_path / "started")
-    waiting = _build_locked(venv, log, SLEEP="0")
-    out = waiting.communicate(timeout=60)[0]
+    waiting = _build_locked(venv, log)
+    said = first_line(waiting)
+    (tmp_path / "release").touch()
+    out = said + waiting.communicate(timeout=60)[0]
     assert failing.wait(timeout=60) == 3 and waiting.returncode == 0, out
     assert "did not finish" in out and "building it here" in out and len(log.read_text().splitlines()) == 2
     # kill -9 in the middle of a build: the kernel drops the lock, the next build does not hang
     (tmp_path / "started").unlink()
+    (tmp_path / "release").unlink()
     venv2 = tmp_path / "venv-y"
-    killed = _build_locked(venv2, log, SLEEP="60")
+    killed = _build_locked(venv2, log, HOLD="1")
     _wait_for(tmp_path / "started")
     os.killpg(killed.pid, signal.SIGKILL)  # the build-locked process and its build, as a killed make's group
     killed.communicate(timeout=10)
@@ -316,7 +331,7 @@ def test_a_python_without_filelock_takes_the_lock_through_the_lock_tool(tmp_path
     cache = tmp_path / "cache"
     _fake_lock_tool(cache / f".lock-tool-{install.python_tag()}")
     venv, log = cache / "venv-z", tmp_path / "builds.log"
-    proc = _build_locked(venv, log, flags=("-S",), SLEEP="0")
+    proc = _build_locked(venv, log, flags=("-S",))
     out = proc.communicate(timeout=60)[0]
     assert proc.returncode == 0, out
     assert (venv / ".installed").is_file() and len(log.read_text().splitlines()) == 1
