@@ -101,7 +101,9 @@ def test_solution_dependencies_are_found():
     assert solution_dependencies([cell("z = 3", solution=True), cell("z = 4"), cell("print(z)")]) == []
 
 
-ROUNDS_NOTE = "interleaved rounds (order balanced for carry-over"
+ROUNDS_NOTE = re.compile(r"\d+ interleaved rounds( \(order balanced for carry-over|, (a complete Williams design|"
+                         r"approximately balanced|incomplete design))")
+"""The note under every table of interleaved rounds (before and after 2026-11-29's format)."""
 
 
 def comparison_tables(text):
@@ -116,11 +118,11 @@ def comparison_tables(text):
         if "verdict" not in header:
             continue
         rows, end = [], i + 1
-        while end < len(lines) and lines[end].strip() and ROUNDS_NOTE not in lines[end]:
+        while end < len(lines) and lines[end].strip() and not ROUNDS_NOTE.search(lines[end]):
             line = lines[end]
             rows.append([line[a:b if k < len(spans) - 1 else None].strip() for k, (a, b) in enumerate(spans)])
             end += 1
-        if end < len(lines) and ROUNDS_NOTE in lines[end]:
+        if end < len(lines) and ROUNDS_NOTE.search(lines[end]):
             yield rows, header.index("verdict"), lines[end]
 
 
@@ -147,8 +149,33 @@ def aa_problems(text):
         if len(measured) >= 3 and not aa:
             problems.append(f"{len(measured)} arms without an A/A row: {[r[0] for r in measured]}")
         problems += [f"the A/A row got a verdict: {r}" for r in aa if re.match(r"(faster|slower|disturbed)", r[col])]
-        if "Disturbed:" in note:
+        if "Disturbed:" in note or any("A/A failed" in r[col] for r in aa):
             problems.append("a run whose A/A arm failed (rerun it)")
+        if "Hodges-Lehmann" in note:  # the statistics of 2026-11-29: checked wherever a table prints them
+            problems += statistics_problems(rows, col, note)
+    return problems
+
+
+def statistics_problems(rows, col, note):
+    """A table in the 2026-11-29 format: a complete design or "approximately balanced (k of m orders)" (never
+    plain "balanced"), every ratio inside its printed interval, every "no measurable difference" with the
+    effect the run could see, every passing A/A interval containing 1.0."""
+    problems = []
+    if "balanced" in note and "approximately balanced (" not in note:
+        problems.append("a note says balanced without a complete design")
+    if "interleaved rounds, incomplete design" in note and not note.startswith("1 interleaved"):
+        problems.append("an incomplete design at the workshop size")
+    for r in rows:
+        cells = [c for c in r if re.fullmatch(r"\d+\.\d+-\d+\.\d+", c)]
+        ratio = next((c for c in r[1:col] if re.fullmatch(r"\d+\.\d+", c)), None)
+        if cells and ratio is not None:
+            low, high = (float(x) for x in cells[0].split("-"))
+            if not low <= float(ratio) <= high:
+                problems.append(f"{r[0]}: ratio {ratio} outside its interval {cells[0]}")
+            if r[0].startswith("A/A") and not low <= 1.0 <= high:
+                problems.append(f"{r[0]}: the A/A interval {cells[0]} excludes 1.0")
+        if r[col].startswith("no measurable difference") and "could see" not in r[col] and "Fewer than" not in note:
+            problems.append(f"{r[0]}: 'no measurable difference' without what the run could see")
     return problems
 
 
@@ -162,6 +189,20 @@ def test_aa_problems_are_caught():
     assert aa_problems(table([base, b, "A/A: base again  no measurable difference  2"],
                              "8 interleaved rounds (order balanced for carry-over). Disturbed: ...")) != []
     assert aa_problems(table([base, b, "c                -                         3"])) == []          # book-only row
+
+
+def test_statistics_problems_are_caught():
+    note = ("8 interleaved rounds, a complete Williams design (1 x 8 orders), every variant built afresh each round; "
+            "speed-up = baseline/variant (Hodges-Lehmann estimate) with its 95% interval")
+    good = [["base", "1.0", "-", "baseline"], ["b", "1.10", "1.04-1.17", "faster"],
+            ["c", "1.01", "0.93-1.09", "no measurable difference (could see ≥ 14%)"],
+            ["A/A: base again", "0.99", "0.95-1.03", "A/A passed (contains 1.0)"]]
+    assert statistics_problems(good, 3, note) == []
+    bad = [["b", "0.90", "0.72-0.89", "slower"], ["c", "1.01", "0.93-1.09", "no measurable difference"],
+           ["A/A: base again", "1.09", "1.01-1.14", "A/A passed (contains 1.0)"]]
+    assert len(statistics_problems(bad, 3, note)) == 3
+    assert statistics_problems(good, 3, note.replace("a complete Williams design (1 x 8 orders)",
+                                                     "order balanced for carry-over")) != []
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
