@@ -242,12 +242,20 @@ def job_scratch() -> Iterator[Path]:
     # files; a parent killed by SIGKILL leaves its folder to the next job, which reclaims it
     reclaim_scratch()
     root = scratch_root()
-    root.mkdir(mode=0o700, exist_ok=True)
-    folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+    for attempt in range(3):  # another job may remove the (empty) root between our mkdir and mkdtemp
+        root.mkdir(mode=0o700, exist_ok=True)
+        try:
+            folder = Path(tempfile.mkdtemp(prefix=f"{os.getpid()}-", dir=root))
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     try:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            root.rmdir()  # only when no other job has a folder there
 
 
 def _inductor_cache() -> str:

@@ -64,6 +64,8 @@ PARENT = textwrap.dedent("""
             t = threading.Thread(target=job.start)
             t.start()
             t.join()
+            while not all(psutil.Process(p.pid).children() for p in job.procs):  # the wrappers' commands
+                time.sleep(0.05)
         time.sleep(0.5)
         say([q.pid for p in job.procs for q in [psutil.Process(p.pid), *psutil.Process(p.pid).children(True)]])
         job.wait(60)
@@ -210,7 +212,7 @@ def test_a_two_rank_job_leaves_no_folder(tmp_path, monkeypatch):
     assert ok.returncode == 0 and str(launch.scratch_root()) in ok.output and "torchelastic_" in ok.output
     failed = launch.run_job([torchrun + ["false"]], timeout=120)
     assert failed.returncode != 0
-    assert _elastic_folders(tmp_path) == [] and list(launch.scratch_root().iterdir()) == []
+    assert _elastic_folders(tmp_path) == [] and sorted(tmp_path.iterdir()) == []  # the jobs' root folder too
 
 
 def test_reclaim_scratch_removes_only_folders_of_dead_processes(tmp_path, monkeypatch):
@@ -228,7 +230,12 @@ def test_reclaim_scratch_removes_only_folders_of_dead_processes(tmp_path, monkey
     with launch.job_scratch() as scratch:
         assert scratch.parent == root and scratch.name.startswith(f"{os.getpid()}-")
         (scratch / "torchelastic_y").mkdir()
-    assert not scratch.exists()
+    assert not scratch.exists() and root.exists()  # the root stays while other folders are in it
+    shutil.rmtree(root / "not-a-job")
+    shutil.rmtree(root / f"{os.getpid()}-def")
+    with launch.job_scratch():
+        pass
+    assert not root.exists()
 
 
 def test_guard_and_die_with_parent():
