@@ -235,8 +235,8 @@ def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str
     work = load_workload(spec, seed)
     model = work.model.to(dev)
     inputs = tuple(t.to(dev) for t in work.inputs)
-    found = diagnose.diagnose_step(model, inputs[0] if len(inputs) == 1 else inputs, work.targets.to(dev),
-                                   work.loss_fn, work.make_optimizer(model.parameters()), device=str(dev))
+    found = diagnose.diagnose_step(model, inputs, work.targets.to(dev), work.loss_fn,  # inputs as train_step takes them
+                                   work.make_optimizer(model.parameters()), device=str(dev))
     return {"shares": dict(found.shares), "top": found.top, "line": found.line(), "findings": list(found.findings),
             "detail": found.to_dict()}
 
