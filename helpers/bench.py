@@ -45,7 +45,7 @@ from torch import nn
 from . import devices, files, models, precision, published, report_rows, results, system
 from .measure import Stats
 from .step import train_step
-from .step_cost import MatmulPeak, math_mode, matmul_peak
+from .roofs import MatmulPeak, math_mode, matmul_peak
 from .tables import Table
 
 BENCH_MODELS: tuple[str, ...] = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet")

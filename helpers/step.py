@@ -2,7 +2,7 @@
 
 Every loop of the course steps through ``train_step``: ``helpers.training.train`` (and so every
 variant run), the DDP loop, the tuner's trials, the bench, the compile timing, the phase timing
-of ``helpers.step_cost`` and the Arc blog's workloads. The levers are its arguments (autocast
+of ``helpers.diagnose`` and the Arc blog's workloads. The levers are its arguments (autocast
 dtype, a GradScaler, a compiled model); ``mark`` lets a caller time its phases.
 Chapter 01 writes the same step out in plain PyTorch.
 """
@@ -27,7 +27,7 @@ def train_step(model: Callable[..., torch.Tensor], optimizer: torch.optim.Optimi
 
     ``model`` may be a compiled module; ``inputs`` a tensor or a tuple passed as ``model(*inputs)``.
     ``mark(phase)``, when given, is called after each phase -- "zero_grad", "forward", "loss",
-    "backward", "update" -- so a caller can time the phases (``helpers.step_cost.phase_times``,
+    "backward", "update" -- so a caller can time the phases (``helpers.diagnose.phase_times``,
     the bench). ``train`` (and so every variant run), the DDP loop, the tuner's trials, the
     bench, the compile timing and the blog's workloads all step through it.
     """

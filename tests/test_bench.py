@@ -5,7 +5,7 @@ import time
 import pytest
 import torch
 
-from helpers import bench, results, step_cost
+from helpers import bench, results, roofs
 
 
 def test_option_errors_list_choices():
@@ -40,7 +40,7 @@ def test_time_steps_phases_and_flops():
         models.torchvision_model("resnet18", num_classes=1000)(torch.randn(2, 3, 32, 32))
     conv1 = 2 * 2 * (64 * 16 * 16) * (3 * 7 * 7)  # batch 2, 64 channels of 16x16 outputs, 3x7x7 inputs each
     assert t.flops_per_step == 3 * counter.get_total_flops() - conv1
-    table = bench.results_table([t], peak=step_cost.MatmulPeak(1e15, "fp32", 1024, 5))
+    table = bench.results_table([t], peak=roofs.MatmulPeak(1e15, "fp32", 1024, 5))
     row = table.as_dicts()[0]
     assert row["model"] == "resnet18" and 0 < row["% of fp32 matmul peak"] < 100
     assert "ms/step" in table.columns[1] and "Above 100%" not in table.note
@@ -92,38 +92,38 @@ def test_device_events_give_phases_and_the_host_clock_the_step():
 
 
 def test_peak_in_the_same_math_mode(monkeypatch):
-    assert step_cost.math_mode("cpu") == "fp32"
-    assert step_cost.math_mode("cpu", torch.bfloat16) == "bf16" and step_cost.math_mode("cpu", torch.float16) == "fp16"
+    assert roofs.math_mode("cpu") == "fp32"
+    assert roofs.math_mode("cpu", torch.bfloat16) == "bf16" and roofs.math_mode("cpu", torch.float16) == "fp16"
     before = torch.backends.cudnn.allow_tf32
     try:
         torch.backends.cudnn.allow_tf32 = True
-        assert step_cost.math_mode("cuda") == "tf32"  # cuDNN convolutions use TF32 by default
+        assert roofs.math_mode("cuda") == "tf32"  # cuDNN convolutions use TF32 by default
         torch.backends.cudnn.allow_tf32 = False
-        assert step_cost.math_mode("cuda") == ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
+        assert roofs.math_mode("cuda") == ("tf32" if torch.backends.cuda.matmul.allow_tf32 else "fp32")
     finally:
         torch.backends.cudnn.allow_tf32 = before
     timed = []
-    real_time_fn = step_cost.time_fn
-    monkeypatch.setattr(step_cost, "time_fn", lambda *a, **kw: timed.append(real_time_fn(*a, **kw)) or timed[-1])
-    peak = step_cost.matmul_peak("cpu", "bf16", n=128, repeats=2)
+    real_time_fn = roofs.time_fn
+    monkeypatch.setattr(roofs, "time_fn", lambda *a, **kw: timed.append(real_time_fn(*a, **kw)) or timed[-1])
+    peak = roofs.matmul_peak("cpu", "bf16", n=128, repeats=2)
     assert peak.mode == "bf16" and peak.n == 128 and len(timed) == 1 and len(timed[0].samples) == 2
     assert peak.flops == pytest.approx(2 * 128**3 / timed[0].stats.minimum)  # the best of the 2 timed matmuls
-    monkeypatch.setattr(step_cost, "time_fn", real_time_fn)
+    monkeypatch.setattr(roofs, "time_fn", real_time_fn)
     tf32_before = torch.backends.cuda.matmul.allow_tf32
-    step_cost.matmul_peak("cpu", "tf32", n=64, repeats=1)
+    roofs.matmul_peak("cpu", "tf32", n=64, repeats=1)
     assert torch.backends.cuda.matmul.allow_tf32 == tf32_before  # restored
     with pytest.raises(ValueError, match="unknown math mode"):
-        step_cost.matmul_peak("cpu", "int8")
+        roofs.matmul_peak("cpu", "int8")
 
 
 def test_share_above_peak_is_explained_and_rows_carry_it():
     fake = bench.StepTimes("resnet18", "cpu", [0.010, 0.011, 0.012], {p: [0.002] * 3 for p in bench.PHASES},
                            flops_per_step=int(2e9))
-    table = bench.results_table([fake], peak=step_cost.MatmulPeak(1e11, "bf16", 1024, 5))
+    table = bench.results_table([fake], peak=roofs.MatmulPeak(1e11, "bf16", 1024, 5))
     assert table.as_dicts()[0]["% of bf16 matmul peak"] == pytest.approx(100 * 2e9 / 0.011 / 1e11)
     assert "Above 100% (resnet18)" in table.note and "bf16 matmul" in table.note
     rows = bench.bench_rows([fake], batch=16, size=224, dtype="fp32", channels_last=False, optimizer=True,
-                            peak=step_cost.MatmulPeak(1e11, "bf16"), fingerprint={"cpu_model": "x"}, profile="workshop",
+                            peak=roofs.MatmulPeak(1e11, "bf16"), fingerprint={"cpu_model": "x"}, profile="workshop",
                             data="none")
     by_metric = {r.metric: r for r in rows}
     step = by_metric["step_time"]
