@@ -13,9 +13,9 @@ when the notebook was executed, never from a guess:
 * the rounds that other processes disturbed and that were measured again are counted from the
   outputs (each table's note says "N round(s) re-run"), so the sentence says how many there were.
 
-The reading minutes ("about N min reading") follow the course's reading-time rule: (markdown
-words + printed words) / 200 + non-blank code lines / 20, over the cells outside optional parts,
-a word being a token with at least two letters (``reading_minutes``).
+The reading minutes ("about N min reading and exercises") follow the course's rule of 2026-11-29:
+(markdown words + printed words) / 130 + non-blank code lines / 10 + 4 per core exercise, over the
+cells outside optional parts, rounded up (``reading_minutes``; the same as ../shared/tools/reading_time.py).
 
 ``python -m helpers.chapter_time notebooks/05_*.ipynb`` rewrites the sentence after
 ``make execute NB=...``; ``--check`` only reports the chapters whose sentence is out of date.
@@ -114,18 +114,22 @@ def _printed_words(cell: dict[str, Any]) -> int:
     return n
 
 
+WORDS_PER_MIN, CODE_LINES_PER_MIN, MIN_PER_EXERCISE = 130, 10, 4
+
+
 def reading_minutes(notebook: dict[str, Any]) -> float:
-    """(markdown words + printed words) / 200 + non-blank code lines / 20, outside the optional parts."""
-    text_words = code_lines = 0
+    """(markdown + printed words) / 130 + code lines / 10 + 4 per core exercise, outside the optional parts."""
+    text_words = code_lines = exercises = 0
     for cell, source, optional in _walk(notebook):
         if optional:
             continue
         if cell.get("cell_type") == "markdown":
             text_words += words(source)
+            exercises += bool(re.match(r"#+ .*Exercise", source.split("\n", 1)[0]))
         elif cell.get("cell_type") == "code":
             code_lines += sum(1 for line in source.splitlines() if line.strip())
             text_words += _printed_words(cell)
-    return text_words / 200 + code_lines / 20
+    return text_words / WORDS_PER_MIN + code_lines / CODE_LINES_PER_MIN + MIN_PER_EXERCISE * exercises
 
 
 def _walk(notebook: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, bool]]:
@@ -164,7 +168,7 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     if not timed:
         raise ValueError("no code cell has execution times: execute the notebook first "
                          "(make execute NB=...), then run this again")
-    return ChapterTime(total, optional, timed, reruns, math.floor(reading_minutes(notebook) + 0.5))
+    return ChapterTime(total, optional, timed, reruns, math.ceil(reading_minutes(notebook) - 1e-9))
 
 
 def rewrite_sentence(text: str, time: ChapterTime) -> str:

@@ -1,6 +1,7 @@
 """helpers.chapter_time: compute minutes from the cells' stored execution times, and the Time sentence."""
 
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -104,14 +105,17 @@ def test_reading_minutes_count_words_printed_words_and_code_lines_outside_option
                                                                    "text/markdown": "| three good words |"}}]
     nb = notebook(md("lesson words here 1234"), printed, code(1, "a = 1\n\nb = 2\n"),
                   md("## Extra (optional, 1 min)\nmany many many words"), code(1, "c = 3\nd = 4"),
-                  md("## Back"), code(1, "if RUN_OPTIONAL:\n    e = 5"))
+                  md("## Back"), code(1, "if RUN_OPTIONAL:\n    e = 5"),
+                  md("### Exercise 1.1 (predict)\nguess"), md("## More (optional, 2 min)"),
+                  md("### Exercise 1.2 (optional)\nnot core"))
     opening_words = ct.words(OPENING)
-    # markdown: opening + 3 + 1 ("## Back": "Back" only); printed: 2 + 3 (markdown before plain); code: 1 + 2 lines
-    expected = (opening_words + 3 + 1 + 2 + 3) / 200 + 3 / 20
+    # markdown: opening + 3 + 1 ("## Back": "Back" only) + 3 (the core exercise); printed: 2 + 3 (markdown before
+    # plain); code: 1 + 2 lines; one core exercise (the one under an optional heading is not on the core path)
+    expected = (opening_words + 3 + 1 + 3 + 2 + 3) / 130 + 3 / 10 + 4
     assert ct.reading_minutes(nb) == pytest.approx(expected)
     assert ct.words("a 42 ok |---| x1") == 1 and ct.words("don't e.g. T4 x1y2") == 3
     t = ct.measure_notebook(nb)
-    assert t.reading_min == round(expected) and "about 0 min reading" in ct.rewrite_sentence(OPENING, t)
+    assert t.reading_min == math.ceil(expected) and f"about {math.ceil(expected)} min reading" in ct.rewrite_sentence(OPENING, t)
 
 
 def test_update_rewrites_the_file_and_check_only_reports(tmp_path, capsys):
