@@ -72,3 +72,11 @@ def test_the_diagnosis_orders_the_levers_by_the_share_of_their_regime() -> None:
     assert rec["first_trial"] == "threads=1" and rec["attacks"]["compile:default"] == "memory"
     assert rec["no_lever"] == {"input": levers.NO_LEVER["input"]} and rec["error"] is None
     assert levers.diagnosis_record(None, cands)["first_trial"] is None
+
+
+def test_the_regimes_are_those_of_helpers_diagnose() -> None:
+    try:
+        from helpers import diagnose
+    except ImportError:  # not there yet: the tuner then keeps the plan's order (test_search.py)
+        return
+    assert levers.REGIMES == diagnose.REGIMES
