@@ -183,7 +183,7 @@ def explain(report: dict[str, Any]) -> list[str]:
     left = {a["label"]: a for a in conf.get("left_out") or []}
     out = [confirmation_line(report)]
     if (best.get("confirmed") or {}).get("word") == confirm_arms.INCONCLUSIVE:
-        out.append(f"Recommended: nothing yet, {confirm_arms.INCONCLUSIVE} ({best['confirmed']['reason']}).")
+        out.append(f"Recommended: nothing yet: {confirm_arms.INCONCLUSIVE}, {best['confirmed']['reason']}.")
     elif best["levers"]:
         out.append(f"Recommended: {best['label']}, {best['speedup']:.2f}x over {planned} planned steps (confirmed).")
     elif conf.get("disturbed"):

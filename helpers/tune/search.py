@@ -225,7 +225,7 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
     for x in left_out:
         x["role"] = roles[x["label"]]
     if not chosen:
-        first = confirm_arms.round_s(arms[:1], base_s)
+        first = confirm_arms.round_s(arms[:1], base_s) + search.startup_s(confirm_arms.processes(arms[:1]))
         return {"word": "not confirmed", "rounds": 0, "left_out": left_out,
                 "reason": f"the budget left room for {max(int(search.left(reserve=False) // first), 0)} confirmation "
                           f"rounds; a verdict needs {measure.MIN_ROUNDS} (about {first * measure.MIN_ROUNDS:.0f} s): "
