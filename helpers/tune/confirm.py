@@ -138,7 +138,9 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     except children.ChildError as exc:
         return {"word": "not confirmed", "rounds": 0, "reason": f"the confirmation processes failed: {exc}"}
     try:
-        got = measure.interleaved({n: timed(n, session) for n in requests}, rounds, progress=False, attempts=attempts)
+        # a round's processes start side by side before it, untimed, and what is left closes after it
+        got = measure.interleaved({n: timed(n, session) for n in requests}, rounds, progress=False, attempts=attempts,
+                                  before_round=getattr(session, "begin", None), after_round=session.close)
     except (TuneError, children.ChildError) as exc:
         return {"word": "not confirmed", "rounds": 0, "reason": str(exc)}
     finally:

@@ -101,8 +101,8 @@ def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]
 
 
 class RoundSession:
-    """The confirmation's processes: a new one per arm and round, started side by side when a round
-    begins, each closed after its one answer, so no process or compile cache outlives its round."""
+    """The confirmation's processes: a new one per arm and round, started side by side when a round begins
+    (``begin``, ``measure.interleaved``'s ``before_round``), each closed after its one answer."""
 
     def __init__(self, requests: dict[str, dict[str, Any]], timeout: float, command: Command = trial_command) -> None:
         self.requests, self.timeout, self.command = requests, timeout, command

@@ -39,9 +39,14 @@ class Recording(sessions.RoundSession):
     """A RoundSession of stand-in processes that keeps every answer."""
 
     answers: list[tuple[str, dict]] = []
+    begun: list[list[str]] = []
 
     def __init__(self, requests, timeout):
         super().__init__(requests, timeout, command=stub)
+
+    def begin(self, order=None):
+        Recording.begun.append(list(order or self.requests))
+        super().begin(order)
 
     def ask(self, name):
         raw = super().ask(name)
@@ -50,7 +55,7 @@ class Recording(sessions.RoundSession):
 
 
 def test_the_confirmation_starts_a_new_process_per_arm_and_round() -> None:
-    Recording.answers = []
+    Recording.answers, Recording.begun = [], []
     arms = [{"label": "opt:fused", "levers": {"optimizer": "fused"}, "total_s": 1.0},
             {"label": "bf16", "levers": {"autocast": "bf16"}, "total_s": 1.1}]
     rec = confirm.measure_arms(arms, {"model": "m.py:build"}, rounds=2, kept=None, factory=Recording, timeout=60,
@@ -62,9 +67,10 @@ def test_the_confirmation_starts_a_new_process_per_arm_and_round() -> None:
     assert len(set(pids)) == len(pids)  # never the same process twice, the A/A arm's included
     for name in names:
         assert len({raw["pid"] for n, raw in got if n == name}) == rec["rounds"] + rec["reruns"]
+    assert len(Recording.begun) == rec["rounds"] + rec["reruns"]  # every round begun by interleaved's hook
     for i in range(0, len(got), len(names)):  # a round's processes all started before its first answer
         one = [raw for _, raw in got[i:i + len(names)]]
-        assert {n for n, _ in got[i:i + len(names)]} == set(names)
+        assert [n for n, _ in got[i:i + len(names)]] == Recording.begun[i // len(names)]  # asked in the design's order
         assert max(r["started"] for r in one) < min(r["answered"] for r in one)
     caches = [raw["cache"] for _, raw in got]
     assert len(set(caches)) == len(caches) and all(raw["was_empty"] for _, raw in got)
