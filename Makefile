@@ -17,7 +17,7 @@
 # the pins, so a second clone or a CI run on the same Python reuses it: $(VENV). Override with `make VENV=/path ...`.
 #
 # DEVICE=xpu (Intel GPUs; give it to every make command, e.g. `make lab DEVICE=xpu`): a separate
-# environment, venv-xpu-<hash>, with torch and torchvision of the pinned versions from PyTorch's
+# environment, venv-xpu-py3.X-<hash>, with torch and torchvision of the pinned versions from PyTorch's
 # XPU wheel index and every other pin except the CPU build of IPEX (helpers/install.py builds the
 # commands). The default (DEVICE=cpu, or cuda: the same environment) installs the pins as written.
 
