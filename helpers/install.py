@@ -1,40 +1,8 @@
-"""Install steps of the course's environments other than the default one, and the pins' platform check.
+"""Install steps of the course's environments, their keys and build lock, and the pins' platform check.
 
-The default environment (``make setup``) installs pyproject.toml's pins as written: PyPI's
-torch 2.14.1 (on Linux x86-64 a CUDA build, which also runs on CPUs). Three other jobs live here:
-
-* **The IPEX environment** (``make setup-ipex``): Intel's retired extension for PyTorch needs
-  torch 2.8.*, so it gets an environment of its own with the pins of
-  ``[tool.course.ipex-environment]``, keyed by them (``ipex_venv``) like the default one, and the
-  course package installed without dependencies (``ipex_commands``).
-* **The platform check** (``make platforms``): ``uv pip compile`` resolves the default pins for
-  Linux x86-64 and aarch64, macOS arm64 and Windows x86-64 (``PLATFORMS``) on every Python that
-  ``requires-python`` admits, and the IPEX pins for Linux x86-64, so that a pin without a wheel
-  somewhere fails here rather than on a learner's laptop.
-* **The XPU environment** (``make setup DEVICE=xpu``). An Intel GPU needs torch and
-  torchvision of the pinned versions built for XPU, which PyTorch publishes on its own wheel
-  index. This module turns the pins into that environment's install steps:
-
-1. torch and torchvision at the pinned versions from PyTorch's XPU index (``XPU_INDEX``; it
-   also serves the Intel runtime packages they depend on);
-2. every other pin, the test extra included, from PyPI, with a constraints file that holds
-   torch and torchvision at their ``+xpu`` builds, so that no dependency can swap them for
-   PyPI's build (pip then fails instead); ``intel-extension-for-pytorch`` is left out and
-   ``intel-openmp`` is unpinned, so that it cannot conflict with the Intel runtime versions
-   that the XPU build of torch requires;
-3. the course package itself with ``--no-deps`` (its metadata still names the CPU pins).
-
-Every environment's folder name carries the Python minor version (``env_key``, ``ipex_venv``), so two
-clones on different Pythons never share one; ``build-locked`` runs an environment's build under a lock
-(``build_locked``), so that two clones running ``make setup`` at once build it once.
-
-``python -m helpers.install setup --device xpu [--dry-run]`` writes the requirement and
-constraint files into the environment's folder and runs (or prints) the commands;
-``python -m helpers.install check --device xpu`` runs ``pip check`` and accepts only the
-differences this plan makes on purpose. ``python -m helpers.install ipex-venv`` prints the IPEX
-environment's folder, ``setup-ipex`` installs it, ``platforms`` runs the platform check.
-Standard library only: it runs with any supported Python (3.11-3.13) before anything is installed.
-"""
+IPEX (``ipex_*``) and XPU (``xpu_*``) environments, keys (``env_key``, ``ipex_venv``: py3.X + hash of the pins),
+``build_locked`` (make setup's lock), ``check_platforms`` (make platforms); docs/environments.md explains each.
+Standard library only (filelock once installed): the system python3 runs it before anything is installed."""
 
 from __future__ import annotations
 
