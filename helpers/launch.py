@@ -232,6 +232,8 @@ def reclaim_scratch() -> list[Path]:
         if owner.isdigit() and not psutil.pid_exists(int(owner)):
             shutil.rmtree(folder, ignore_errors=True)
             gone.append(folder)
+    with contextlib.suppress(OSError):
+        root.rmdir()  # only when empty
     return gone
 
 
@@ -254,8 +256,7 @@ def job_scratch() -> Iterator[Path]:
         yield folder
     finally:
         shutil.rmtree(folder, ignore_errors=True)
-        with contextlib.suppress(OSError):
-            root.rmdir()  # only when no other job has a folder there
+        reclaim_scratch()  # and the root, when no other job has a folder there
 
 
 def _inductor_cache() -> str:

@@ -50,9 +50,9 @@ PARENT = textwrap.dedent("""
 
     launch.Job = Job
 
-    def ranks_started():  # torchrun / mpirun: wait until both ranks have joined and train (and print nothing
-        while not jobs or jobs[0].output.count(": all_reduce(rank+1)") < 2:  # more: a print would fail
-            time.sleep(0.1)                                                   # on the dead parent's pipe)
+    def ranks_started(marker):  # torchrun / mpirun: wait until both ranks have started (and print nothing
+        while not jobs or jobs[0].output.count(marker) < 2:  # more: a print would fail on the dead parent's
+            time.sleep(0.1)                                   # pipe, and end the job without our help)
         time.sleep(0.5)
         say([p.pid for p in psutil.Process().children(recursive=True)])
 
@@ -81,9 +81,17 @@ PARENT = textwrap.dedent("""
         proc.stdin.flush()
         say([proc.pid])
         proc.wait()
-    else:
-        line = launch.torchrun_command(2, ENTRY) if kind == "torchrun" else launch.mpirun_command(2, ENTRY)
-        threading.Thread(target=ranks_started, daemon=True).start()
+    else:  # the real launchers; stand-in ranks that do not import torch, but for "torchrun-real"
+        RANK = [sys.executable, "-c", "import time; print('stand-in rank', flush=True); time.sleep(120)"]
+        marker = "stand-in rank"
+        if kind == "torchrun-real":
+            line, marker = launch.torchrun_command(2, ENTRY), ": all_reduce(rank+1)"
+        elif kind == "torchrun":
+            line = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                    f"--master-port={launch.free_port()}", "--no-python", *RANK]
+        else:  # mpirun's own line, with the stand-in for the entry point
+            line = launch.mpirun_command(2, [], check=False)[:-1 - len(launch.ENTRY)] + RANK
+        threading.Thread(target=ranks_started, args=(marker,), daemon=True).start()
         launch.run_job([line], timeout=120, env={"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke"})
 """)
 
@@ -163,12 +171,13 @@ def test_torchrun_job_ends_with_its_parent_and_leaves_no_folder(sig):
     assert len(pids) >= 3  # the torchrun agent (behind the guard) and its two ranks
     _check_all_end(parent, pids, sig)
     launch.reclaim_scratch()  # after a SIGKILL the next job's start removes the dead parent's folder
-    assert _no_scratch_of(parent.pid)
+    assert _no_scratch_of(parent.pid)  # (and the jobs' root with it, when no other job is running)
 
 
 def test_ranks_end_when_torchrun_itself_is_killed():
-    """torchrun's agent stops its ranks on SIGTERM, not when it is SIGKILLed: the ranks watch it themselves."""
-    parent, pids = _start_parent("torchrun")
+    """torchrun's agent stops its ranks on SIGTERM, not when it is SIGKILLed: the entry point's ranks
+    (real ones here) watch it themselves."""
+    parent, pids = _start_parent("torchrun-real")
     agent = [p for p in pids if _alive(p) and "torch.distributed.run" in psutil.Process(p).cmdline()]
     ranks = [p for p in pids if p not in agent]
     assert len(agent) == 1 and len(ranks) >= 2
