@@ -69,13 +69,13 @@ class _Search:
     """The state of one search: budget clock, trials so far, cost estimates."""
 
     def __init__(self, request: dict[str, Any], budget: float, runner: Runner, planned_steps: int,
-                 loss_tol: float, progress: bool, start: float, confirm_rounds: int = 0) -> None:
+                 loss_tol: float, progress: bool, start: float, confirm_rounds: int = 0, diagnose: bool = True) -> None:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
         self.request, self.budget, self.runner = request, budget, runner
         self.planned_steps, self.loss_tol = planned_steps, loss_tol
         self.start = start
-        self.confirm_rounds = confirm_rounds
+        self.confirm_rounds, self.diagnose = confirm_rounds, diagnose
         self.trials: list[dict[str, Any]] = []
         self.skipped: list[dict[str, Any]] = []
         self.base_raw: dict[str, Any] | None = None
@@ -142,7 +142,7 @@ class _Search:
         timeout = left if self.base_raw is None else min(left, max(2.5 * est, est + 20))
         self.bar.set_postfix_str(label(levers))
         t0 = time.perf_counter()
-        raw = self.runner({**self.request, "levers": levers, **({"diagnose": True} if stage == "baseline" else {})},
+        raw = self.runner({**self.request, "levers": levers, "diagnose": self.diagnose and stage == "baseline"},
                           timeout)
         wall = time.perf_counter() - t0 - float(raw.get("diagnosis_s") or 0.0)
         trial = make_trial(levers, raw, planned_steps=self.planned_steps, guard_steps=self.request["guard_steps"],
@@ -256,7 +256,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
          guard_steps: int = 10, repeats: int = 3, block_s: float = 0.25, seed: int = 0,
          runner: Runner | None = None, progress: bool = True, chapter: str = "tune",
          started: float | None = None, confirm_rounds: int | None = None,
-         session_factory: SessionFactory | None = None) -> dict[str, Any]:
+         session_factory: SessionFactory | None = None, diagnose: bool = True) -> dict[str, Any]:
     """Search the levers for ``model`` (``FILE.py:FUNC``) and return the tune.json report.
 
     With ``out``, writes ``out/tune.json``, ``out/rows.jsonl`` and ``out/tune.png``. ``kinds``
@@ -264,7 +264,8 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     ``started`` is the ``time.perf_counter()`` the budget counts from (default: now).
     ``confirm_rounds`` (default ``measure.ROUNDS``) interleaved rounds confirm the winners
     against the baseline; ``session_factory`` replaces their child processes (tests; by default a
-    given ``runner`` is used for them too).
+    given ``runner`` is used for them too). ``diagnose=False`` skips the baseline's diagnosis (the trials
+    then keep the plan's order).
     Raises TuneError for a model spec, device or baseline the reader has to fix.
     """
 
@@ -281,7 +282,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
                "block_s": block_s, "seed": seed}
     confirm_rounds = measure.ROUNDS if confirm_rounds is None else confirm_rounds
     search = _Search(request, budget, runner or subprocess_runner, planned_steps, loss_tol, progress, started,
-                     confirm_rounds)
+                     confirm_rounds, diagnose)
     search.skipped += skipped
     base = search.run({}, "baseline")
     if base is None or not base["ok"]:
@@ -291,7 +292,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
                             "give a larger budget (--budget SECONDS).")
         raise TuneError(f"the baseline (no levers) failed, so there is nothing to compare against: "
                         f"{base['error'] if base else 'no budget'}. Check that {model} trains as written.")
-    diagnosis = diagnosis_record((search.base_raw or {}).get("diagnosis"), cands)
+    diagnosis = diagnosis_record((search.base_raw or {}).get("diagnosis") if diagnose else {"error": "not asked"}, cands)
     cands = by_diagnosis(cands, diagnosis["shares"])  # the first trial attacks the regime with the largest share
     singles = [t for t in (search.run(c, "single") for c in cands) if t is not None]
     kept = _combine(search, singles)
