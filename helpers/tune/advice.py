@@ -10,7 +10,7 @@ from typing import Any
 from .. import measure, system
 from ..tables import Table
 from . import confirm as confirm_arms
-from .levers import attacks
+from .levers import NO_LEVER_SHARE, attacks
 
 # Why a search sends nothing to confirmation (search.py stores it; confirmation_line prints it).
 NO_CANDIDATE_REASON = confirm_arms.NO_WINNER_REASON
@@ -269,9 +269,14 @@ def diagnosis_lines(report: dict[str, Any]) -> list[str]:
     if diag.get("first_trial"):
         out.append(f"The first trial after the baseline, {diag['first_trial']}, attacks "
                    f"{diag['attacks'][diag['first_trial']]}.")
-    for regime, where in (diag.get("no_lever") or {}).items():
-        out.append(f"{regime.capitalize()} takes {diag['shares'][regime]:.0%} of the step and no tuner lever attacks "
-                   f"it: see {where}.")
+    no_lever = diag.get("no_lever") or {}
+    big = [r for r in no_lever if diag["shares"].get(r, 0.0) >= NO_LEVER_SHARE]
+    out += [f"{r.capitalize()} takes {diag['shares'][r]:.0%} of the step and no tuner lever attacks it: see "
+            f"{no_lever[r]}." for r in big]
+    rest = [r for r in no_lever if r not in big]
+    if rest:
+        out.append(f"No tuner lever attacks {' or '.join(rest)} (its trials time one batch in memory, in one process): "
+                   + "; ".join(f"{r}: {no_lever[r]}" for r in rest) + ".")
     best = report["best"]
     if best["levers"] and diag.get("top") and diag["top"] not in attacks(best["levers"]):
         out.append(f"The recommended {best['label']} attacks {', '.join(sorted(attacks(best['levers'])))}, not "

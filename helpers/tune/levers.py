@@ -33,7 +33,7 @@ ATTACKS_BY_VALUE: dict[tuple[str, Any], str] = {("threads", 1): "overhead", ("co
 NO_LEVER: dict[str, str] = {"input": "chapter 05 (DataLoader workers, pinned memory, the data on the device)",
                             "communication": "chapters 08-09 (DDP's buckets, overlap and gradient compression)"}
 """Regimes no tuner lever attacks, and where the course treats them."""
-NO_LEVER_SHARE = 0.10  # such a regime's share above which the tuner says so
+NO_LEVER_SHARE = 0.10  # such a regime's share from which the report names it with its share
 
 
 def changes_training(levers: dict[str, Any]) -> bool:
@@ -171,5 +171,5 @@ def diagnosis_record(found: dict[str, Any] | None, cands: Sequence[dict[str, Any
     return {"shares": shares, "top": found.get("top"), "line": found.get("line"), "findings": found.get("findings", []),
             "error": found.get("error"), "attacks": {label(c): sorted(attacks(c))[0] for c in cands},
             "first_trial": None if first is None else label(first),
-            "no_lever": {r: NO_LEVER[r] for r in NO_LEVER if float(shares.get(r, 0.0)) >= NO_LEVER_SHARE},
+            "no_lever": dict(NO_LEVER),
             "detail": found.get("detail")}

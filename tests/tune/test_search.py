@@ -386,6 +386,7 @@ def test_the_first_trial_after_the_baseline_attacks_the_largest_regime(model_fil
     assert saved["version"] == tune.FORMAT_VERSION == 4 and saved["diagnosis"]["top"] == regime
     text = tune_report.summary(report)
     assert f"attacks {regime}" in text
+    assert "No tuner lever attacks input or communication" in text and "chapters 08-09" in text  # both 0% here
     assert report["best"]["levers"] == {"optimizer": "fused"}  # it attacks overhead: said when compute was named
     assert ("attacks overhead, not compute, the regime the diagnosis named" in text) == (regime == "compute")
 
@@ -394,10 +395,11 @@ def test_input_and_communication_have_no_lever_and_the_tuner_says_where_to_look(
     shares = {"compute": 0.2, "memory": 0.1, "overhead": 0.1, "input": 0.45, "communication": 0.15}
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=60, progress=False,
                        runner=fake_runner({"baseline": 10.0}, diagnosis=shares))
-    assert set(report["diagnosis"]["no_lever"]) == {"input", "communication"}
+    assert set(report["diagnosis"]["no_lever"]) == {"input", "communication"}  # always named, with where to look
     assert report["trials"][1]["label"] in ("opt:foreach", "opt:fused")  # the largest regime a lever attacks
     text = tune_report.summary(report)
-    assert "no tuner lever attacks it: see chapter 05" in text and "see chapters 08-09" in text
+    assert "Input takes 45% of the step and no tuner lever attacks it: see chapter 05" in text
+    assert "Communication takes 15% of the step" in text and "see chapters 08-09" in text
 
 
 def test_without_a_diagnosis_the_trials_keep_the_plan_order(model_file: Path, fake_runner) -> None:
