@@ -259,9 +259,13 @@ def venv_python(venv: Path | str) -> Path:
 
 def _make_lock_tool(folder: Path) -> None:
     """A venv in ``folder`` with filelock only (seconds; needs the package index)."""
-    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
-    subprocess.run([str(venv_python(folder)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                    filelock_requirement()], check=True)
+    for cmd in ([sys.executable, "-m", "venv", str(folder)],
+                [str(venv_python(folder)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                 filelock_requirement()]):
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode:
+            raise InstallError(f"could not make the lock tool ({shlex.join(cmd)}): "
+                               f"{tail_lines(proc.stderr or proc.stdout, 3)}; check the network and run make again")
 
 
 def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool) -> Path:

@@ -370,3 +370,13 @@ def test_filelock_requirement_follows_the_pins(tmp_path):
     copy = tmp_path / "pyproject.toml"
     copy.write_text('[project]\nname = "x"\ndependencies = ["filelock==3.20.0", "torch==2.14.1"]\n')
     assert install.filelock_requirement(copy) == "filelock==3.20.0"
+
+
+def test_a_lock_tool_that_cannot_be_made_says_why(monkeypatch, tmp_path):
+    def fail(cmd, **kwargs):
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="ERROR: No matching distribution found for filelock")
+
+    monkeypatch.setattr(install.subprocess, "run", fail)
+    with pytest.raises(install.InstallError, match="could not make the lock tool .*No matching distribution.*network"):
+        install.lock_tool(tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == []   # the private folder is gone
