@@ -134,6 +134,7 @@ def _kill(pids: list[int], parent: subprocess.Popen | None = None) -> None:
         parent.kill()
         parent.wait()
         parent.stdout.close()
+        launch.reclaim_scratch()  # the folder of a job whose parent was killed
 
 
 def _check_all_end(parent: subprocess.Popen, pids: list[int], sig: int) -> None:
