@@ -274,9 +274,9 @@ def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout
     if out is not None and Path(out).exists():
         Path(out).unlink()
     with job_scratch() as scratch:
+        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())
         job = Job(commands, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1",
-                                 "TORCHINDUCTOR_CACHE_DIR": os.environ.get("TORCHINDUCTOR_CACHE_DIR", _inductor_cache()),
-                                 "TMPDIR": str(scratch), **(env or {})})
+                                 "TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": str(scratch), **(env or {})})
         try:
             finished = job.start().wait(timeout, grace)
         except JobTimeout as exc:

@@ -215,8 +215,8 @@ def test_a_two_rank_job_leaves_no_folder(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
     before = _elastic_folders(tmp_path), sorted(tmp_path.iterdir())
     assert before == ([], [])
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", f"--master-port={launch.free_port()}",
-                "--no-python"]
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                f"--master-port={launch.free_port()}", "--no-python"]
     show = ["sh", "-c", 'ls -d "$TMPDIR"/torchelastic_*']
     ok = launch.run_job([torchrun + show], timeout=120)
     assert ok.returncode == 0 and str(launch.scratch_root()) in ok.output and "torchelastic_" in ok.output
