@@ -12,13 +12,15 @@ import statistics
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 from torch.autograd import DeviceType
+from torch.profiler import record_function
 from torch.utils.flop_counter import FlopCounterMode
 
 from . import devices, roofs as R, run_sizes
+from .cpu_meter import CpuMeter
 from .measure import Stats, time_fn
 from .profiling import profile_fn
 from .step import train_step
@@ -35,6 +37,7 @@ REGIME_LEVERS: dict[str, str] = {
 }
 SLOW = 0.25
 """An operator bound by compute or memory below this fraction of its roof is a finding (slow kernel or layout)."""
+STEP = "diagnose: one step"
 LOWER_BOUNDS = ("byte counts are lower bounds (views, in-place operators and fused kernels hide traffic), "
                 "so each % of a memory roof is one too")
 
@@ -70,6 +73,18 @@ class OpCost:
         if self.fixed or not total:
             return {self.regime: self.seconds}
         return {r: self.seconds * s / total for r, s in self.ideal.items()}
+
+    def add(self, roofs: R.Roofs, flops: float, read: int, written: int) -> None:
+        """Count one call: its FLOPs and bytes, and its ideal time under the roof that binds it (the largest)."""
+        kind = "read" if written * 8 < read else "write" if read * 8 < written else "triad"
+        level, roof = roofs.memory_roof(read + written, kind)
+        bound = {"compute": flops / roofs.matmul.best, "memory": (read + written) / roof.best,
+                 "overhead": roofs.overhead.best}
+        regime = max(bound, key=bound.get)
+        self.ideal[regime] += bound[regime]
+        self.flops, self.bytes = self.flops + flops, self.bytes + read + written
+        if read + written >= self.largest:
+            self.level, self.largest = level, read + written
 
 
 @dataclass
@@ -147,25 +162,31 @@ def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
     return calls
 
 
-def kernel_times(prof: Any, dispatched: set[str], device_time: bool = False) -> tuple[Counter, Counter, dict[str, str]]:
-    """Seconds and calls per operator, and the kernel of each ``dispatched`` operator: the one below it with the most
-    self time (on the device, with ``device_time``). The kernel gets its whole subtree (a convolution's inner copies)."""
-    below: dict[str, Counter] = defaultdict(Counter)
-    seconds, calls = Counter(), Counter()
+def kernel_times(prof: Any, dispatched: set[str], device_time: bool = False) -> tuple[dict, Counter, dict[str, str]]:
+    """Self seconds per operator in each profiled step (key: the start of its ``STEP`` mark; None: outside any), calls
+    per operator, and the kernel of each ``dispatched`` operator: the one below it with the most self time (on the
+    device, with ``device_time``). The kernel gets its operator's whole subtree (a convolution's inner copies)."""
+    spent: list[tuple[Any, str | None, str, float]] = []
+    calls: Counter = Counter()
     for event in prof.events():
-        if event.device_type != DeviceType.CPU or event.name.startswith("ProfilerStep"):
+        if event.device_type != DeviceType.CPU or event.name == STEP:
             continue
-        top, parent = None, event
+        top, root, parent = None, event, event
         while parent is not None:  # the topmost dispatcher-level operator above: the call the counting mode saw
             top = parent.name if parent.name in dispatched else top
-            parent = parent.cpu_parent
-        spent = (event.self_device_time_total if device_time else event.self_cpu_time_total) / 1e6
-        (below[top] if top else seconds)[event.name] += spent
+            root, parent = parent, parent.cpu_parent
+        seconds = (event.self_device_time_total if device_time else event.self_cpu_time_total) / 1e6
+        spent.append((root.time_range.start if root.name == STEP else None, top, event.name, seconds))
         calls[event.name] += 1
-    kernel = {op: max(spent, key=spent.get) for op, spent in below.items()}
-    for op, spent in below.items():
-        seconds[kernel[op]] += sum(spent.values())
-    return seconds, calls, kernel
+    below: dict[str, Counter] = defaultdict(Counter)
+    for _, top, name, seconds in spent:
+        if top:
+            below[top][name] += seconds
+    kernel = {op: max(names, key=names.get) for op, names in below.items()}
+    steps: dict[Any, Counter] = defaultdict(Counter)
+    for step, top, name, seconds in spent:
+        steps[step][kernel[top] if top else name] += seconds
+    return dict(steps), calls, kernel
 
 
 def diagnose_step(model: torch.nn.Module, inputs: Any, targets: torch.Tensor, loss_fn: Callable,
@@ -177,50 +198,43 @@ def diagnose_step(model: torch.nn.Module, inputs: Any, targets: torch.Tensor, lo
     ``input_wait_s`` (``loader_wait``) and ``comm_s`` (``exposed_comm``) are seconds per step beside it. The model
     trains for a few steps."""
     device = torch.device(device)
-    steps = steps or run_sizes.pick(smoke=2, workshop=10, full=20)
+    steps = steps or run_sizes.pick(smoke=3, workshop=10, full=20)
     roofs = roofs or R.cached_roofs(device, R.math_mode(device, autocast))
     step = lambda: train_step(model, optimizer, loss_fn, inputs, targets, autocast_dtype=autocast,  # noqa: E731
                               device_type=device.type)
+    meter = CpuMeter().start()
     step_s = time_fn(step, repeats=steps, warmup=1, device=device).stats.median
-    per_op: dict[str, OpCost] = {}
-    for name, flops, read, written in count_calls(step):
-        op = per_op.setdefault(name, OpCost(name))
-        kind = "read" if written * 8 < read else "write" if read * 8 < written else "triad"
-        level, roof = roofs.memory_roof(read + written, kind)
-        bound = {"compute": flops / roofs.matmul.best, "memory": (read + written) / roof.best,
-                 "overhead": roofs.overhead.best}
-        regime = max(bound, key=bound.get)
-        op.ideal[regime] += bound[regime]
-        op.flops, op.bytes = op.flops + flops, op.bytes + read + written
-        if read + written >= op.largest:
-            op.level, op.largest = level, read + written
-    walls: list[float] = []
+    calls, walls = count_calls(step), []
 
     def timed() -> None:
         start = time.perf_counter()
-        step()
+        with record_function(STEP):
+            step()
         devices.synchronize(device)
         walls.append(time.perf_counter() - start)
 
-    seconds, calls, kernel = kernel_times(profile_fn(timed, warmup=0, steps=steps, device=device), set(per_op),
-                                          device.type != "cpu")
-    wall, measured = sum(walls) / steps, sum(seconds.values()) / steps
-    scale = step_s / wall  # shares come from the profiled steps alone; this rescales them to unprofiled seconds
-    ops = {name: OpCost(name, calls[name] / steps, scale * s / steps) for name, s in seconds.items() if s > 0}
-    for name, counted in per_op.items():
-        op = ops.setdefault(kernel.get(name, name), OpCost(kernel.get(name, name)))
-        op.flops, op.bytes = op.flops + counted.flops, op.bytes + counted.bytes
-        op.ideal = {r: op.ideal[r] + counted.ideal[r] for r in op.ideal}
-        if counted.largest >= op.largest:
-            op.level, op.largest = counted.level, counted.largest
+    per_step, counts, kernel = kernel_times(profile_fn(timed, warmup=0, steps=steps, device=device),
+                                            {c[0] for c in calls}, device.type != "cpu")
+    loose = per_step.pop(None, Counter())  # other threads' events (a GPU's backward): spread over the steps
+    marked = [per_step[k] for k in sorted(per_step)] or [Counter()]
+    # each operator's least disturbed step, and the least time between operators: other processes only add time
+    seconds = {n: min(s[n] for s in marked) + loose[n] / steps for n in set(loose).union(*marked)}
+    gap = max(0.0, min(w - sum(s.values()) for w, s in zip(walls, marked)) - sum(loose.values()) / steps)
+    scale = step_s / ((sum(seconds.values()) + gap) or 1.0)  # shares from the profile, seconds from the clock
+    ops = {name: OpCost(name, counts[name] / steps, scale * s) for name, s in seconds.items()}
+    for name, flops, read, written in calls:
+        ops.setdefault(kernel.get(name, name), OpCost(kernel.get(name, name))).add(roofs, flops, read, written)
     rows = [op for op in ops.values() if op.seconds > 0]
     rows += [OpCost(label, seconds=s, fixed=regime) for label, s, regime in (
-        ("(between operators: Python, autograd)", scale * max(0.0, wall - measured), "overhead"),
+        ("(between operators: Python, autograd)", scale * gap, "overhead"),
         ("(waiting for input)", input_wait_s, "input"), ("(exposed communication)", comm_s, "communication")) if s > 0]
-    return _diagnosis(rows, step_s, roofs)
+    others = meter.stop()
+    caveat = [f"other processes took {others.cores:.1f} cores while the step was measured: its times are high and "
+              "its % of roof low; measure again on a quiet machine"] if others.disturbed() else []
+    return _diagnosis(rows, step_s, roofs, caveat)
 
 
-def _diagnosis(rows: list[OpCost], step_s: float, roofs: R.Roofs) -> Diagnosis:
+def _diagnosis(rows: list[OpCost], step_s: float, roofs: R.Roofs, caveats: Sequence[str] = ()) -> Diagnosis:
     """Shares per regime and the findings from the operators' rows."""
     total = sum(op.seconds for op in rows) or 1.0
     shares = dict.fromkeys(REGIMES, 0.0)
@@ -237,7 +251,7 @@ def _diagnosis(rows: list[OpCost], step_s: float, roofs: R.Roofs) -> Diagnosis:
                                 f"({100 * share:.0f}% of the step): the kernel or the layout is the limit"))
     top = diagnosis.top
     said = f"{top} bounds the step ({100 * shares[top]:.0f}%): {REGIME_LEVERS[top]}"
-    diagnosis.findings = [t for s, t in slow if s >= 0.1] + [said] + [t for s, t in slow if s < 0.1] + [LOWER_BOUNDS]
+    diagnosis.findings = [t for s, t in slow if s >= 0.1] + [said] + [t for s, t in slow if s < 0.1] + [*caveats, LOWER_BOUNDS]
     diagnosis.note = (f"one step {1e3 * step_s:.3g} ms on {roofs.device} ({roofs.mode}); roofs (best round): matmul "
                       f"{roofs.matmul.best / 1e9:.3g} GFLOP/s, triad " + ", ".join(
                           f"{lv} {k['triad'].best / 1e9:.3g} GB/s" for lv, k in roofs.bandwidth.items())

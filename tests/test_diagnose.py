@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from helpers import diagnose, measure, roofs
+from helpers import cpu_meter, diagnose, measure, roofs
 
 
 @pytest.fixture(autouse=True)
@@ -56,11 +56,11 @@ def mean_loss(out, targets):
 
 def run(model, x, y, loss_fn, cpu_roofs, **kw):
     opt = torch.optim.SGD(model.parameters(), lr=1e-6)
-    return diagnose.diagnose_step(model, x, y, loss_fn, opt, roofs=cpu_roofs, steps=2, **kw)
+    return diagnose.diagnose_step(model, x, y, loss_fn, opt, roofs=cpu_roofs, steps=3, **kw)
 
 
 def test_a_large_matmul_is_compute_bound(cpu_roofs):
-    d = run(nn.Linear(512, 512, bias=False), torch.randn(512, 512), torch.randn(512, 512), F.mse_loss, cpu_roofs)
+    d = run(nn.Linear(384, 384, bias=False), torch.randn(384, 384), torch.randn(384, 384), F.mse_loss, cpu_roofs)
     assert d.top == "compute" and d.shares["compute"] > 0.5, d.line()
     assert {op.name for op in d.ops if op.regime == "compute"} >= {"aten::mm"}
 
@@ -87,7 +87,16 @@ class SleepyLoader:
             yield batch
 
 
-def test_a_loader_that_sleeps_makes_the_step_input_bound(cpu_roofs):
+class Busy:  # a CPU meter that saw other processes take one and a half cores
+    def start(self):
+        return self
+
+    def stop(self):
+        return cpu_meter.Interference(1.5, 0.0, 1.0)
+
+
+def test_a_loader_that_sleeps_makes_the_step_input_bound(cpu_roofs, monkeypatch):
+    monkeypatch.setattr(diagnose, "CpuMeter", Busy)
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     stepped = []
     wait = diagnose.loader_wait(SleepyLoader([(x, y)] * 4, 0.05), step=stepped.append, batches=3)
@@ -95,6 +104,7 @@ def test_a_loader_that_sleeps_makes_the_step_input_bound(cpu_roofs):
     d = run(nn.Linear(4, 3), x, y, F.cross_entropy, cpu_roofs, input_wait_s=wait)
     assert d.top == "input" and d.shares["input"] > 0.6, d.line()
     assert "chapter 05" in d.findings[0]
+    assert d.findings[-2].startswith("other processes took 1.5 cores while the step was measured")
     with pytest.raises(ValueError, match="no batch"):
         diagnose.loader_wait([])
 
@@ -131,8 +141,16 @@ def _rank(rank, folder):
 
 
 def test_a_large_all_reduce_beside_a_tiny_model_is_communication_bound(tmp_path):
-    """The one slow test: two gloo ranks; the DDP step minus the same step under no_sync is exposed communication."""
-    torch.multiprocessing.spawn(_rank, args=(tmp_path,), nprocs=2, join=True)
+    """The one slow test: two gloo ranks; the DDP step minus the same step under no_sync is exposed communication.
+    The ranks are forked (no second import of torch) and each runs one thread, so the parent's OpenMP pool is unused."""
+    import multiprocessing
+
+    ranks = [multiprocessing.get_context("fork").Process(target=_rank, args=(r, tmp_path)) for r in (0, 1)]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join(120)
+    assert [rank.exitcode for rank in ranks] == [0, 0]
     out = json.loads((tmp_path / "out.json").read_text())
     assert out["comm"] > 0 and out["bus"] > 0
     assert out["top"] == "communication" and out["shares"]["communication"] > 0.5, out
@@ -182,10 +200,15 @@ def _tree(*roots):
 def test_the_kernel_owns_its_dispatchers_time():
     step = _tree(_event("aten::conv2d", 1.0, [_event("aten::convolution", 2.0, [
         _event("aten::mkldnn_convolution", 90.0, [_event("aten::empty", 3.0)])])]), _event("autograd::engine", 7.0))
-    seconds, calls, kernel = diagnose.kernel_times(step, {"aten::convolution"})
-    assert kernel == {"aten::convolution": "aten::mkldnn_convolution"}
-    assert seconds == pytest.approx({"aten::conv2d": 1e-6, "aten::mkldnn_convolution": 95e-6, "autograd::engine": 7e-6})
+    steps, calls, kernel = diagnose.kernel_times(step, {"aten::convolution"})
+    assert kernel == {"aten::convolution": "aten::mkldnn_convolution"} and list(steps) == [None]  # no step marks
+    assert steps[None] == pytest.approx({"aten::conv2d": 1e-6, "aten::mkldnn_convolution": 95e-6, "autograd::engine": 7e-6})
     assert calls["aten::mkldnn_convolution"] == 1 and calls["aten::empty"] == 1
+    marked = [_event(diagnose.STEP, 0.0, [_event("aten::mm", us)]) for us in (5.0, 50.0)]
+    for start, mark in zip((10, 20), marked):
+        mark.time_range = SimpleNamespace(start=start)
+    steps, _, _ = diagnose.kernel_times(_tree(*marked), {"aten::mm"})
+    assert steps == {10: {"aten::mm": 5e-6}, 20: {"aten::mm": 50e-6}}  # one Counter per step, by its start
 
 
 def _diagnosis(**seconds):
