@@ -127,17 +127,16 @@ def test_failing_baseline_is_one_clear_error(model_file: Path, fake_runner) -> N
 
 
 def test_end_to_end_non_image_model(model_file: Path, tmp_path: Path) -> None:
-    report = tune.tune(f"{model_file}:build", kinds=["autocast"], budget=90, planned_steps=100, guard_steps=3,
+    report = tune.tune(f"{model_file}:build", kinds=["autocast"], budget=180, planned_steps=100, guard_steps=3,
                        confirm_rounds=0,  # the confirmation has its own tests; here: real child processes
                        diagnose=False,  # helpers.diagnose has its own tests (and measures roofs: tens of seconds)
                        repeats=2, block_s=0.02, out=tmp_path / "e2e", progress=False)
-    by = {t["label"]: t for t in report["trials"]}
+    by = {t["label"]: t for t in report["trials"]}  # the budget is a ceiling: a loaded machine needs more
     base = by["baseline"]
-    assert base["ok"], report["skipped"]
+    assert base["ok"] and {"bf16", "fp16"} <= set(by), report["skipped"]
     # the step time is the median of the repeats (2 timed blocks), projected over the 97 steps after the guard's 3
     assert len(base["samples_ms"]) == 2 and base["step_ms"] == statistics.median(base["samples_ms"]) > 0
     assert base["total_s"] == pytest.approx(base["warmup_s"] + base["step_ms"] / 1000 * (100 - 3))
-    assert "bf16" in by, report["skipped"]
     assert not by["bf16"]["ok"] and "does not support bf16" in by["bf16"]["error"]  # failing lever, not fatal
     assert by["fp16"]["ok"] or by["fp16"]["error"]
     assert report["best"]["speedup"] >= 1.0
