@@ -7,13 +7,19 @@ without loss scaling; ``tf32`` switches TF32 matmuls and convolutions on or off 
 (``tf32_defaults`` reads PyTorch's settings: convolutions default to TF32, matmuls do not);
 ``precision_bits`` and ``rounding_error`` show the other side of a format, its precision:
 how far one value moves when it is rounded to the format.
+
+Chapter 07's harness lives here too, so the notebook shows the technique and not the bookkeeping:
+``onednn_formats`` (whether PyTorch hands BF16 / FP16 to oneDNN on this CPU), ``flush_table`` (gradient
+elements a format flushed to zero), ``step_round`` (one interleaved round of a format's training steps),
+``op_table`` and ``op_summary`` (profiler rows per operator and input shapes, the layer named from the
+shapes) and ``vs_published`` (speed-ups beside published ones, table and figure).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-from typing import Iterator, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
@@ -128,3 +134,144 @@ def rounding_error(values: torch.Tensor, dtype: torch.dtype) -> float:
     if x.numel() == 0:
         raise ValueError("no non-zero values to round")
     return float(((x.to(dtype).double() - x).abs() / x.abs()).median())
+
+
+def onednn_formats() -> dict[str, bool | None]:
+    """Whether PyTorch hands BF16 and FP16 convolutions and matmuls to oneDNN on this CPU (its own check,
+    ``torch.ops.mkldnn._is_mkldnn_<fmt>_supported``, a private op): ``{"bf16": ..., "fp16": ...}``, None
+    when this build cannot say. Where False, that format runs in generic (slow) kernels."""
+    found: dict[str, bool | None] = {}
+    for fmt in ("bf16", "fp16"):
+        try:
+            found[fmt] = bool(getattr(torch.ops.mkldnn, f"_is_mkldnn_{fmt}_supported")())
+        except Exception:  # a build without oneDNN, or the op renamed: unknown
+            found[fmt] = None
+    return found
+
+
+def flush_table(reference: torch.Tensor, grads: Mapping[str, torch.Tensor], *, lr: float = 0.01,
+                title: str = "") -> Table:
+    """Per gradient variant: elements non-zero in the FP32 ``reference`` but exactly 0 in the variant
+    (flushed), weights whose plain SGD update ``-lr * g`` is 0, and the update's relative error (%)."""
+    alive = reference != 0
+    n_alive = int(alive.sum())
+    if n_alive == 0:
+        raise ValueError("the reference gradient has no non-zero element")
+    update32 = -lr * reference
+    table = Table(["gradients", "non-zero in FP32", "flushed to 0", "flushed %", "weights not updated",
+                   "update error vs FP32 %"], title=title)
+    for name, g in grads.items():
+        lost, update = int((alive & (g == 0)).sum()), -lr * g
+        table.add(name, n_alive, lost, 100 * lost / n_alive, int((alive & (update == 0)).sum()),
+                  100 * float((update - update32).norm() / update32.norm()))
+    return table
+
+
+def shapes_text(shapes: Sequence[Sequence[int]]) -> str:
+    """Profiler input shapes as "[32, 512] x [512, 4096]" (empty shapes left out, "-" when none)."""
+    return " x ".join(str(list(s)) for s in shapes if s) or "-"
+
+
+def op_table(ops: Mapping[str, Mapping[Any, tuple[float, Any]]], model: torch.nn.Module, *, slow: str = "fp16",
+             base: str = "fp32", top: int = 8) -> tuple[Table, list]:
+    """The ``top`` rows of the ``slow`` format's profile beside ``base``'s: ``ops[fmt]`` maps (operator, shapes
+    key) -> (self CPU ms, input shapes); matrix multiplies get their layer (``profiling.matmul_owner``).
+    Returns the table and the keys of its rows, slowest first."""
+    from .profiling import matmul_owner
+
+    ms = {fmt: {k: v[0] for k, v in found.items()} for fmt, found in ops.items()}
+    keys = sorted(ms[slow], key=ms[slow].get, reverse=True)[:top]
+    total = sum(ms[slow].values()) or 1.0
+    table = Table(["operator", "input shapes", f"{base} ms", f"{slow} ms", f"{slow} share %",
+                   "layer (from the shapes)"],
+                  title=f"Self CPU time per operator and input shapes, one step (the {slow.upper()} step's top {top})",
+                  note=f"{base} ms '-': {base.upper()} never called this operator with these shapes")
+    for k in keys:
+        shapes = ops[slow][k][1]
+        layer = matmul_owner(model, shapes) if k[0] in ("aten::mm", "aten::addmm") else None
+        table.add(k[0], shapes_text(shapes), ms[base].get(k), ms[slow][k], 100 * ms[slow][k] / total, layer or "-")
+    return table, keys
+
+
+def vs_published(res: Any, published: Mapping[str, float], *, where: str, source: str, baseline: str = "fp32",
+                 what: str = "book (A100, EfficientNet)") -> Table:
+    """Speed-ups over ``baseline`` from interleaved rounds ``res`` (``measure.interleaved``; its A/A arm left
+    out) beside the ``published`` times (seconds per variant): a table, and a figure on a log axis (10x
+    slower and 10x faster equally far from 1) drawn on the current matplotlib backend."""
+    import matplotlib.pyplot as plt
+
+    from .measure import aa_name
+
+    names = [n for n in res.names if n != aa_name(baseline)]
+    v = {n: res.verdict(n, baseline) for n in names if n != baseline}
+    pub = {n: published[baseline] / published[n] for n in names if n in published and baseline in published}
+    table = Table(["variant", "published time s", "published speed-up (x)", "your speed-up (x)", "95% interval (x)",
+                   "verdict"], title=f"Speed-up over {baseline.upper()}: {what} vs yours ({where})",
+                  note=f"Published: {source}. Yours: the rounds above.")
+    for n in names:
+        table.add(n, published.get(n), pub.get(n),
+                  *((v[n].ratio, v[n].interval, v[n].label) if n in v else (1.0, "-", "baseline")))
+    r = [(v[n].low, v[n].ratio, v[n].high) if n in v else (1.0, 1.0, 1.0) for n in names]
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar([i - 0.2 for i in range(len(names))], [m for _, m, _ in r], 0.4, capsize=4, label="yours (95% interval)",
+           yerr=[[max(m - lo, 0.0) for lo, m, _ in r], [max(hi - m, 0.0) for _, m, hi in r]])  # no interval: 0
+    ax.bar([i + 0.2 for i in range(len(names))], [pub.get(n, 0) for n in names], 0.4,
+           label=f"{what}, one run each", alpha=0.7)
+    ax.axhline(1, color="grey", lw=0.8)
+    ax.set_xticks(range(len(names)), names)
+    ax.set_yscale("log")
+    ax.set_ylabel(f"speed-up vs {baseline} (x)")
+    ax.set_title(f"Mixed precision: {where} vs the book")
+    ax.legend(fontsize=8)
+    return table
+
+
+def step_round(model_fn: Any, step: Any, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
+               dtype: torch.dtype | None, min_steps: int = 1, seed: int = 0, lr: float = 1e-3) -> Any:
+    """One round's callable for ``measure.interleaved``: a fresh seeded model (``model_fn()``), Adam and a
+    GradScaler (enabled for FP16), one untimed warm-up ``step`` on ``batches[0]``, then ``step`` timed on the
+    other batches in turn until the sample is long enough (``measure.sample_long_enough``, at least
+    ``min_steps``). ``step(model, optimizer, scaler, inputs, targets, dtype=...)`` is the chapter's ``amp_step``.
+    The callable returns (ms per step, {"timed steps": n})."""
+    import time
+
+    from .measure import sample_long_enough
+    from .seeds import set_seed
+
+    if len(batches) < 2:
+        raise ValueError("step_round needs a warm-up batch and at least one batch to time")
+
+    def one_round() -> tuple[float, dict[str, int]]:
+        set_seed(seed)
+        model = model_fn()
+        opt = torch.optim.Adam(model.parameters(), lr=lr)
+        scaler = torch.amp.GradScaler(batches[0][0].device.type, enabled=(dtype == torch.float16))
+        step(model, opt, scaler, *batches[0], dtype=dtype)             # warm-up, untimed
+        n, start = 0, time.perf_counter()
+        while n < min_steps or not sample_long_enough(n, time.perf_counter() - start):
+            step(model, opt, scaler, *batches[1 + n % (len(batches) - 1)], dtype=dtype)
+            n += 1
+        return 1000 * (time.perf_counter() - start) / n, {"timed steps": n}
+
+    return one_round
+
+
+def op_summary(ops: Mapping[str, Mapping[Any, tuple[float, Any]]], model: torch.nn.Module, key: Any, *,
+               slow: str = "fp16", base: str = "fp32") -> list[str]:
+    """Lines under ``op_table``: both steps' total operator time, the generic ``aten::_slow_conv2d_*`` share of
+    the ``slow`` one, and, when ``key`` is a matrix multiply of a known layer that ``base`` also ran, its
+    FLOPs and GFLOP/s in both formats."""
+    from .profiling import matmul_owner
+
+    ms = {fmt: {k: v[0] for k, v in found.items()} for fmt, found in ops.items()}
+    slow_conv = sum(v for k, v in ms[slow].items() if "slow_conv" in k[0])
+    lines = [f"all operators: {base} {sum(ms[base].values()):.0f} ms, {slow} {sum(ms[slow].values()):.0f} ms; "
+             f"generic {slow.upper()} convolutions (aten::_slow_conv2d_*): {slow_conv:.0f} ms"]
+    top_ms, shapes = ops[slow][key]
+    layer = matmul_owner(model, shapes) if key[0] in ("aten::mm", "aten::addmm") else None
+    mats = [s for s in shapes if len(s) == 2]
+    if layer and key in ms[base] and len(mats) == 2:
+        flop = 2 * mats[0][0] * mats[0][1] * mats[1][1]
+        lines.append(f"top row, {layer}: {flop / 1e6:.0f} MFLOP at {flop / top_ms / 1e6:.2f} GFLOP/s in "
+                     f"{slow.upper()}, {flop / ms[base][key] / 1e6:.1f} GFLOP/s in {base.upper()}")
+    return lines
