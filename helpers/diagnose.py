@@ -47,7 +47,7 @@ class OpCost:
     """One kernel's share of a step: time, FLOPs and bytes per step, and its ideal seconds under each roof."""
 
     name: str
-    calls: float = 0.0
+    calls: int = 0
     seconds: float = 0.0
     flops: float = 0.0
     bytes: float = 0.0
@@ -129,6 +129,7 @@ class Diagnosis:
 
 
 def _nbytes(value: Any) -> int:
+    """Bytes of the tensors in ``value`` (nested lists, tuples, dicts)."""
     if isinstance(value, torch.Tensor):
         return value.numel() * value.element_size()
     if isinstance(value, (list, tuple)):
@@ -214,14 +215,14 @@ def diagnose_step(model: torch.nn.Module, inputs: Any, targets: torch.Tensor, lo
         walls.append(time.perf_counter() - start)
 
     per_step, counts, kernel = kernel_times(profile_fn(timed, warmup=0, steps=steps, device=device),
-                                            {c[0] for c in calls}, device.type != "cpu")
+                                            {c[0] for c in calls}, device.type in ("cuda", "xpu"))
     loose = per_step.pop(None, Counter())  # other threads' events (a GPU's backward): spread over the steps
     marked = [per_step[k] for k in sorted(per_step)] or [Counter()]
     # each operator's least disturbed step, and the least time between operators: other processes only add time
     seconds = {n: min(s[n] for s in marked) + loose[n] / steps for n in set(loose).union(*marked)}
     gap = max(0.0, min(w - sum(s.values()) for w, s in zip(walls, marked)) - sum(loose.values()) / steps)
     scale = step_s / ((sum(seconds.values()) + gap) or 1.0)  # shares from the profile, seconds from the clock
-    ops = {name: OpCost(name, counts[name] / steps, scale * s) for name, s in seconds.items()}
+    ops = {name: OpCost(name, round(counts[name] / steps), scale * s) for name, s in seconds.items()}
     for name, flops, read, written in calls:
         ops.setdefault(kernel.get(name, name), OpCost(kernel.get(name, name))).add(roofs, flops, read, written)
     rows = [op for op in ops.values() if op.seconds > 0]
@@ -252,11 +253,11 @@ def _diagnosis(rows: list[OpCost], step_s: float, roofs: R.Roofs, caveats: Seque
     top = diagnosis.top
     said = f"{top} bounds the step ({100 * shares[top]:.0f}%): {REGIME_LEVERS[top]}"
     diagnosis.findings = [t for s, t in slow if s >= 0.1] + [said] + [t for s, t in slow if s < 0.1] + [*caveats, LOWER_BOUNDS]
+    triads = ", ".join(f"{lv} {k['triad'].best / 1e9:.3g}" for lv, k in roofs.bandwidth.items())
     diagnosis.note = (f"one step {1e3 * step_s:.3g} ms on {roofs.device} ({roofs.mode}); roofs (best round): matmul "
-                      f"{roofs.matmul.best / 1e9:.3g} GFLOP/s, triad " + ", ".join(
-                          f"{lv} {k['triad'].best / 1e9:.3g} GB/s" for lv, k in roofs.bandwidth.items())
-                      + f", per-op overhead {roofs.overhead.best * 1e6:.2g} µs; FLOPs and bytes belong to the kernel "
-                      f"that owns the profiler's self time; {LOWER_BOUNDS}")
+                      f"{roofs.matmul.best / 1e9:.3g} GFLOP/s, triad GB/s {triads}, per-op overhead "
+                      f"{roofs.overhead.best * 1e6:.2g} µs; FLOPs and bytes go to the kernel that owns the profiler's "
+                      f"self time; {LOWER_BOUNDS}")
     return diagnosis
 
 
@@ -311,7 +312,9 @@ def phase_times(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Ten
     if steps < 1:
         raise ValueError("steps must be >= 1")
     model.train()
-    times: dict[str, list[float]] = {k: [] for k in ("forward", "loss", "backward", "update")}
+    spans = {"forward": ("zero_grad", "forward"), "loss": ("forward", "loss"), "backward": ("loss", "backward"),
+             "update": ("backward", "update")}
+    times: dict[str, list[float]] = {k: [] for k in spans}
     device = torch.device(device)
     for step in range(warmup + steps):
         clock: dict[str, float] = {}
@@ -322,9 +325,6 @@ def phase_times(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Ten
 
         mark("start")
         train_step(model, optimizer, loss_fn, inputs, targets, device_type=device.type, mark=mark)
-        if step >= warmup:
-            times["forward"].append(clock["forward"] - clock["zero_grad"])
-            times["loss"].append(clock["loss"] - clock["forward"])
-            times["backward"].append(clock["backward"] - clock["loss"] + clock["zero_grad"] - clock["start"])
-            times["update"].append(clock["update"] - clock["backward"])
+        for k, (a, b) in spans.items() if step >= warmup else ():
+            times[k].append(clock[b] - clock[a] + (clock["zero_grad"] - clock["start"] if k == "backward" else 0.0))
     return {k: Stats.of(v) for k, v in times.items()}
