@@ -205,6 +205,30 @@ def fresh_rounds(envs: dict[str, dict[str, str] | None], rounds: int | None = No
     return fresh_process_rounds(commands, {}, rounds, timeout=timeout, progress=progress, max_reruns=max_reruns)
 
 
+def decoded(dataset: str, train: bool, n: int | None, seed: int) -> torch.utils.data.TensorDataset:
+    """A seeded subset of ``n`` samples (``None``: all) of ``dataset`` decoded once into tensors, so that timed
+    rounds time the model, not the decoding of images (chapter 05)."""
+    from .data import load_dataset, take
+
+    subset = take(load_dataset(dataset, train=train), n, seed=seed)
+    images, labels = zip(*(subset[i] for i in range(len(subset))))
+    return torch.utils.data.TensorDataset(torch.stack(images), torch.tensor(labels))
+
+
+def diagnose_levers(model: nn.Module, inputs: torch.Tensor, targets: torch.Tensor, *, channels_last: bool = False,
+                    adam: Mapping[str, Any] | None = None, lr: float = 1e-3, **options: Any) -> Any:
+    """One Adam training step of ``model`` on this batch with chapter 02's levers (``channels_last`` for the model and
+    the batch, ``adam``: e.g. ``{"fused": True}``), placed on this device's roofs: ``helpers.diagnose.diagnose_step``'s
+    Diagnosis (``.line()`` for one line). ``options`` go to ``diagnose_step`` (``roofs``, ``steps``, ``device``)."""
+    from .diagnose import diagnose_step
+
+    if channels_last:
+        model = model.to(memory_format=torch.channels_last)
+        inputs = inputs.contiguous(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, **dict(adam or {}))
+    return diagnose_step(model, (inputs,), targets, nn.CrossEntropyLoss(), optimizer, **options)
+
+
 def result_from_payload(payload: dict[str, Any]) -> Result:
     """The measure.Result inside a fresh-process payload."""
     r = payload["result"]

@@ -94,3 +94,38 @@ def test_fresh_rounds_take_turns_in_rotated_rounds_each_with_its_environment():
     assert len(res.warmup) == 2 and 0 <= res.metrics["accuracy"] <= 100
     with pytest.raises(ValueError, match="named by the keys"):
         variants.fresh_rounds({"a": None}, name="x")
+
+
+def test_diagnose_levers_applies_the_levers_and_hands_the_step_to_diagnose(monkeypatch):
+    import helpers.diagnose
+
+    seen = {}
+
+    def fake(model, inputs, targets, loss_fn, optimizer, **options):
+        seen.update(model=model, inputs=inputs, optimizer=optimizer, options=options)
+        return "diagnosis"
+
+    monkeypatch.setattr(helpers.diagnose, "diagnose_step", fake)
+    rgb = lambda: nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.Flatten(), nn.Linear(4 * 64, 10))  # noqa: E731
+    x, y = torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+    assert variants.diagnose_levers(rgb(), x, y, steps=2) == "diagnosis"
+    assert seen["options"] == {"steps": 2} and isinstance(seen["inputs"], tuple)
+    assert seen["inputs"][0].is_contiguous() and not seen["optimizer"].defaults.get("fused")
+    variants.diagnose_levers(rgb(), x, y, channels_last=True, adam={"fused": True}, lr=0.01)
+    assert seen["inputs"][0].is_contiguous(memory_format=torch.channels_last) and not seen["inputs"][0].is_contiguous()
+    assert seen["model"][0].weight.is_contiguous(memory_format=torch.channels_last)
+    assert not seen["model"][0].weight.is_contiguous()
+    assert seen["optimizer"].defaults["fused"] is True and seen["optimizer"].defaults["lr"] == 0.01
+
+
+def test_decoded_takes_a_seeded_subset_once_into_tensors(monkeypatch):
+    import helpers.data
+
+    images = [(torch.full((1, 2, 2), float(i)), i % 10) for i in range(20)]
+    monkeypatch.setattr(helpers.data, "load_dataset", lambda name, train=True: images)
+    got = variants.decoded("fashionmnist", True, 5, seed=3)
+    assert len(got) == 5 and got.tensors[0].shape == (5, 1, 2, 2) and got.tensors[1].dtype == torch.int64
+    assert [int(x[0, 0, 0]) % 10 for x in got.tensors[0]] == got.tensors[1].tolist()  # each label stays with its image
+    again = variants.decoded("fashionmnist", True, 5, seed=3)
+    assert torch.equal(got.tensors[0], again.tensors[0])                              # the same seed, the same subset
+    assert len(variants.decoded("fashionmnist", False, None, seed=0)) == 20
