@@ -112,12 +112,14 @@ def cache_levels(device: torch.device | str = "cpu") -> dict[str, int]:
         return {}
     levels, cpus = {}, len(list(Path("/sys/devices/system/cpu").glob("cpu[0-9]*")))
     for index in sorted(Path("/sys/devices/system/cpu/cpu0/cache").glob("index*")):
-        read = lambda name: (index / name).read_text().strip()  # noqa: E731
-        level, size = int(read("level")), read("size")
-        if level < 2 or read("type") == "Instruction":  # one op's work on an L1-sized set is mostly its overhead
+        try:
+            level, kind, size, shared = ((index / f).read_text().strip() for f in
+                                         ("level", "type", "size", "shared_cpu_map"))
+        except OSError:
             continue
-        sharing = sum(len(range(int(a), int(b or a) + 1)) for a, _, b in
-                      (part.partition("-") for part in read("shared_cpu_list").split(",")))
+        if int(level) < 2 or kind == "Instruction":  # one op's work on an L1-sized set is mostly its overhead
+            continue
+        sharing = bin(int(shared.replace(",", ""), 16)).count("1")  # the CPUs that share one instance
         kib = int(size.rstrip("KMG")) * {"K": 1, "M": 1024, "G": 1 << 20}.get(size[-1], 1 / 1024)
         levels[f"L{level}"] = int(kib * 1024 * max(1, cpus // max(1, sharing)))
     return levels or {"cache": MIB}
@@ -199,7 +201,7 @@ def measure_roofs(device: torch.device | str = "cpu", mode: str = "fp32") -> Roo
     rounds = run_sizes.pick(smoke=3, workshop=5, full=7)
     seconds = run_sizes.pick(smoke=0.005, workshop=0.03, full=0.1)
     cpu = device.type == "cpu"
-    sizes = run_sizes.pick(smoke=[256, 512], workshop=[512, 1024, 2048], full=[1024, 2048, 4096]) if cpu else \
+    sizes = run_sizes.pick(smoke=[256, 512], workshop=[512, 1024], full=[1024, 2048, 4096]) if cpu else \
         run_sizes.pick(smoke=[1024, 2048], workshop=[2048, 4096, 8192], full=[4096, 8192, 16384])
     best = max((matmul_peak(device, mode, n, rounds) for n in sizes), key=lambda p: statistics.median(p.rates))
     matmul = Roof.of(f"matmul {mode}", "FLOP/s", best.rates, best.n)
