@@ -1,11 +1,10 @@
-"""torch.compile made measurable: compile time apart from steady state, every backend on a
-fresh model, graph breaks made visible, where a compiled step's time went (own time per
-operator, copies by caller), the kernels Inductor generated compared between modes, and the
-step count after which compiling pays back.
+"""torch.compile made measurable: a cold compile per instance (``cold_compile``), the first steps of a
+new process with an empty cache (``first_steps``: compile and recompile cost apart from steady state),
+graph breaks made visible, where a compiled step's time went (own time per operator, copies by caller),
+the kernels Inductor generated compared between modes, and the step count after which compiling pays back.
 
-Importing this module changes nothing. While ``time_training_steps`` compiles, what the
-compiler writes to stderr (max-autotune's pages of kernel timing tables, "No CUDA runtime"
-on a CUDA build without a GPU) is kept in ``CompileOutcome.log`` instead of the notebook.
+Importing this module changes nothing. ``python -m helpers.compiling first-steps ...`` is the child
+process that ``first_steps`` starts.
 """
 
 from __future__ import annotations
@@ -14,70 +13,148 @@ import collections
 import contextlib
 import hashlib
 import io
-import logging
 import math
+import os
 import re
+import subprocess
+import sys
+import tempfile
 import time
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from torch import nn
 
 from . import devices
-from .measure import Stats, time_fn
-from .tables import Table
 from .seeds import set_seed
 from .step import train_step
 
 MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
 
 
-@dataclass
-class CompileOutcome:
-    """One backend/mode tried on a fresh model: first-step (compile) time and steady steps."""
+@contextlib.contextmanager
+def cold_compile() -> Iterator[str]:
+    """Inside the block, ``torch.compile`` starts from nothing, as in a new process with an empty cache:
+    Dynamo's compiled code is dropped (``torch.compiler.reset()``), Inductor's in-memory caches are cleared
+    and ``TORCHINDUCTOR_CACHE_DIR`` (and ``TRITON_CACHE_DIR``) point at a new, empty folder, removed after
+    the block; yields that folder. Build, compile and run the instance inside the block, so that every
+    instance of a compiled arm pays its own compile."""
+    from torch._inductor.utils import clear_caches
 
-    backend: str
-    mode: str
-    ok: bool
-    first_step_s: float | None = None
-    steady: Stats | None = None
-    error: str = ""
-    note: str = ""
-    log: str = ""  # what the compiler wrote to stderr meanwhile (e.g. autotuning tables)
+    torch.compiler.reset()
+    clear_caches()
+    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
+    with tempfile.TemporaryDirectory(prefix="inductor-cold-") as cache:
+        os.environ.update(TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+        try:
+            yield cache
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+            torch.compiler.reset()
+            clear_caches()
+
+
+def timed(fn: Callable[[], Any], n: int = 1, device: torch.device | str = "cpu") -> float:
+    """Seconds for ``n`` calls of ``fn``, the device synchronized before and after."""
+    device = torch.device(device)
+    devices.synchronize(device)
+    start = time.perf_counter()
+    for _ in range(n):
+        fn()
+    devices.synchronize(device)
+    return time.perf_counter() - start
+
+
+def round_arm(new_step: Callable[[], Callable[[], Any]], *, steps: int, cold: bool = True, warmup: int = 2,
+              device: torch.device | str = "cpu") -> Callable[[], tuple[float, dict[str, float]]]:
+    """One arm's turn in a round of ``measure.interleaved``: ``new_step()`` builds a new instance (model,
+    optimizer, ``torch.compile``) and returns its step; inside ``cold_compile()`` when ``cold`` (a compiled
+    arm then compiles from nothing in every round). Its first step is timed on its own (for a compiled arm,
+    the compile), ``warmup`` steps run untimed, then ``steps`` timed ones. Returns ``(seconds per step,
+    {"first step s": ...})``; what the compiler writes to stderr meanwhile is dropped."""
+    def run() -> tuple[float, dict[str, float]]:
+        with cold_compile() if cold else contextlib.nullcontext():
+            with contextlib.redirect_stderr(io.StringIO()):
+                step = new_step()
+                first = timed(step, 1, device)
+                timed(step, warmup, device)
+            return timed(step, steps, device) / steps, {"first step s": first}
+    return run
+
+
+def recompile_reasons(log: str) -> list[str]:
+    """The first failed guard of each recompile in a ``TORCH_LOGS=recompiles`` log (the line after each
+    "triggered by"), e.g. "16 <= x.size()[0]"."""
+    lines = log.splitlines()
+    return [nxt.split("- 0/", 1)[1].split(":", 1)[1].split("#")[0].strip()
+            for line, nxt in zip(lines, lines[1:]) if "triggered by" in line and "- 0/" in nxt]
+
+
+FIRST_STEPS = ("first step s", "later step s", "first at last batch s", "later at last batch s",
+               "full batch after recompile s", "compile s", "recompile s")
+
+
+def first_steps(mode: str, *, model: str = "book_cnn", device: torch.device | str = "cpu", batch: int = 64,
+                last: int = 32, channels: int = 1, size: int = 28, cache: str | None = None, fresh: bool = True,
+                timeout: float = 1800) -> dict[str, float]:
+    """The first training steps of a NEW process (``python -m helpers.compiling first-steps``) that compiles
+    ``model`` ("book_cnn" or a torchvision name) with ``mode`` ("eager": not compiled), with Inductor's cache
+    in ``cache`` (None: a new, empty folder, removed after; ``fresh=False``: the cache this process's
+    environment names, e.g. a warm one for a quick check). Returns the seconds named in ``FIRST_STEPS``:
+    the first step at ``batch`` (it compiles) and the best of 3 later ones, the same at ``last`` (the epoch's
+    last, smaller batch: a recompile) and the best of 3 full batches after it (run by the dynamic graph); then
+    "compile s" (first step minus a later one, at least 0) and "recompile s" (the same at the last batch)."""
+    with contextlib.ExitStack() as stack:
+        env = dict(os.environ)
+        if cache or fresh:
+            folder = cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-first-"))
+            env.update(TORCHINDUCTOR_CACHE_DIR=folder, TRITON_CACHE_DIR=os.path.join(folder, "triton"))
+        argv = [sys.executable, "-m", "helpers.compiling", "first-steps", mode, model, str(device),
+                *map(str, (batch, last, channels, size))]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"first_steps({mode!r}, {model!r}) failed:\n{proc.stderr[-2000:]}")
+    first, later, first_last, later_last, after = (float(v) for v in proc.stdout.split()[-5:])
+    return dict(zip(FIRST_STEPS, (first, later, first_last, later_last, after, max(0.0, first - later),
+                                  max(0.0, first_last - later_last))))
+
+
+def _first_steps_main(args: Sequence[str]) -> list[float]:
+    """The child of ``first_steps``: args = mode, model, device, batch, last, channels, size."""
+    from . import models
+
+    mode, name, device = args[0], args[1], torch.device(args[2])
+    batch, last, channels, size = map(int, args[3:7])
+    set_seed(0)
+    model = (models.book_cnn("fashionmnist") if name == "book_cnn"
+             else models.torchvision_model(name, num_classes=10)).to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    if mode != "eager":
+        model = torch.compile(model, mode=mode)
+
+    def seconds(n: int) -> float:
+        x, y = torch.randn(n, channels, size, size, device=device), torch.randint(0, 10, (n,), device=device)
+        devices.synchronize(device)
+        start = time.perf_counter()
+        optimizer.zero_grad(set_to_none=True)
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimizer.step()
+        devices.synchronize(device)
+        return time.perf_counter() - start
+
+    return [seconds(batch), min(seconds(batch) for _ in range(3)), seconds(last),
+            min(seconds(last) for _ in range(3)), min(seconds(batch) for _ in range(3))]
 
 
 def list_backends() -> list[str]:
     """Backends torch.compile knows here (``torch.compiler.list_backends()``)."""
     return list(torch.compiler.list_backends())
-
-
-def _short(exc: BaseException) -> str:
-    exc = getattr(exc, "inner_exception", None) or exc  # BackendCompilerFailed wraps the real reason
-    text = str(exc).strip().splitlines()
-    first = next((ln for ln in text if ln.strip()), "")
-    return f"{type(exc).__name__}: {first[:160]}"
-
-
-@contextlib.contextmanager
-def _compiler_output_kept(buffer: io.StringIO):
-    """Inside the block, stderr goes to ``buffer`` and the harmless "No CUDA runtime is found"
-    warning of PyPI's CUDA build on a machine without a GPU is not logged; both undone after."""
-    cpp_logger = logging.getLogger("torch.utils.cpp_extension")
-    level = cpp_logger.level
-    cpp_logger.setLevel(logging.ERROR)
-    try:
-        with contextlib.redirect_stderr(buffer), warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. cudagraphs says it skips CPU tensors
-            yield
-    finally:
-        cpp_logger.setLevel(level)
-
-
-def _uses_cudagraphs(backend: str | None, mode: str | None) -> bool:
-    return backend == "cudagraphs" or (backend == "inductor" and mode == "reduce-overhead")
 
 
 def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
@@ -108,60 +185,30 @@ def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor
     return step
 
 
-def time_training_steps(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
-                        backend: str | None = "inductor", mode: str | None = None, steps: int = 10,
-                        warmup: int = 2, device: torch.device | str = "cpu", seed: int = 0,
-                        lr: float = 1e-3, cold_cache: bool = False) -> CompileOutcome:
-    """Time training steps of a fresh seeded model, compiled with ``backend`` (None = eager).
+def try_backends(names: Sequence[str], one_step: Callable[[str], Any], *, skip: dict[str, str] | None = None,
+                 title: str = "") -> tuple["Table", list[str]]:
+    """Each backend in ``names`` tried with ``one_step(name)`` (one training step of a fresh model compiled with
+    it), after ``torch.compiler.reset()``; ``skip`` maps names to the reason they are not run. Returns a table
+    (backend, status: the skip reason, "works: measured below" or the error's first line) and the names that
+    worked. What the compiler writes to stderr meanwhile is dropped."""
+    from .tables import Table
 
-    The first step (where compilation happens) is timed on its own; then ``warmup``
-    untimed steps and ``steps`` timed ones. Failures are returned, not raised.
-    ``cold_cache=True`` disables Inductor's on-disk caches for the call, so the first step
-    shows the full compile cost even when an earlier run compiled the same graph.
-    """
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
-    torch.compiler.reset()
-    device = torch.device(device)
-    name = backend or "eager"
-    from torch._inductor import config as inductor_config
-
-    log = io.StringIO()
-    try:
-        step = new_training_step(build_model, inputs, targets, backend=backend, mode=mode, device=device,
-                                 seed=seed, lr=lr)
-        disable_caches = cold_cache or inductor_config.force_disable_caches
-        with _compiler_output_kept(log), inductor_config.patch(force_disable_caches=disable_caches):
-            devices.synchronize(device)
-            start = time.perf_counter()
-            step()
-            devices.synchronize(device)
-            first = time.perf_counter() - start
-            res = time_fn(step, repeats=steps, warmup=warmup, device=device)
-    except Exception as exc:  # any backend failure becomes a row with its reason
-        return CompileOutcome(name, mode or "default", False, error=_short(exc), log=log.getvalue())
-    finally:
+    table, working = Table(["backend", "status"], title=title), []
+    for name in names:
+        if skip and name in skip:
+            table.add(name, skip[name])
+            continue
         torch.compiler.reset()
-    note = ""
-    if _uses_cudagraphs(backend, mode) and device.type != "cuda":
-        # CUDA graphs record CUDA kernels only: with tensors elsewhere the graph runs without them.
-        note = f"cudagraphs not applied (tensors on {device.type})"
-    return CompileOutcome(name, mode or "default", True, first, res.stats, note=note, log=log.getvalue())
-
-
-def outcomes_table(outcomes: list[CompileOutcome], baseline: str = "eager", title: str = "") -> Table:
-    """First-step time, steady step time and speed-up against ``baseline`` (or the reason it failed)."""
-    base = next((o for o in outcomes if o.backend == baseline and o.ok), None)
-    table = Table(["backend", "mode", "first step s", "steady step ms", "min ms", "max ms", "speed-up", "status"],
-                  title=title, note=f"speed-up = steady step time of {baseline} / this one; first step includes compiling")
-    for o in outcomes:
-        if o.ok and o.steady is not None:
-            speed = base.steady.median / o.steady.median if base and base.steady else None
-            table.add(o.backend, o.mode, o.first_step_s, o.steady.median * 1e3, o.steady.minimum * 1e3,
-                      o.steady.maximum * 1e3, speed, f"ok; {o.note}" if o.note else "ok")
-        else:
-            table.add(o.backend, o.mode, None, None, None, None, None, o.error)
-    return table
+        try:
+            with contextlib.redirect_stderr(io.StringIO()):
+                one_step(name)
+            working.append(name)
+            table.add(name, "works: measured below")
+        except Exception as exc:  # any backend failure becomes a row with its reason
+            exc = getattr(exc, "inner_exception", None) or exc  # BackendCompilerFailed wraps the real error
+            first = next((ln for ln in str(exc).strip().splitlines() if ln.strip()), "")
+            table.add(name, f"{type(exc).__name__}: {first[:110]}")
+    return table, working
 
 
 def graph_breaks(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
@@ -196,6 +243,20 @@ def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: flo
     if recompile_at is None or recompile_s == 0:
         return first
     return first if both < recompile_at else both
+
+
+def payback_text(verdict: Any, eager_step_s: float, compile_s: float, recompile_s: float,
+                 steps_per_epoch: int) -> str | None:
+    """"after about N steps (E epochs)" (two significant digits) when ``verdict`` (compiled against eager, from
+    ``measure.verdict``) says faster, else None: the step saves ``eager_step_s * (1 - 1 / ratio)``, and the
+    break-even is ``payback_steps`` with the recompile at the first epoch's last batch."""
+    if not verdict.won:
+        return None
+    saved = eager_step_s * (1 - 1 / verdict.ratio)
+    n = payback_steps(compile_s, saved, recompile_s=recompile_s, recompile_at=steps_per_epoch)
+    if n is None:
+        return None
+    return f"after about {significant(n):,.0f} steps ({significant(n / steps_per_epoch):g} epochs)"
 
 
 def significant(x: float, digits: int = 2) -> float:
@@ -281,3 +342,12 @@ def copies_by_caller(prof: "torch.profiler.profile", steps: int) -> dict[str, fl
             parent = parent.cpu_parent
         out[parent.name if parent is not None else "(top level)"] += event.cpu_time_total / 1000.0 / steps
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+if __name__ == "__main__":  # python -m helpers.compiling first-steps MODE MODEL DEVICE BATCH LAST CHANNELS SIZE
+    if len(sys.argv) != 9 or sys.argv[1] != "first-steps":
+        sys.exit("usage: python -m helpers.compiling first-steps MODE MODEL DEVICE BATCH LAST CHANNELS SIZE")
+    import logging
+
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found"
+    print(*_first_steps_main(sys.argv[2:]))
