@@ -153,9 +153,10 @@ def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
             before = counter.get_total_flops()
             out = func(*args, **kwargs)
             if func.namespace != "profiler":
-                moved = not func.is_view  # a view moves no bytes
-                calls.append((func.name().split(".")[0], counter.get_total_flops() - before,
-                              moved * _nbytes((args, kwargs)), moved * _nbytes(out)))
+                name, moved = func.name().split(".")[0], not func.is_view  # a view moves no bytes
+                # an in-place operator that returns nothing (_foreach_add_, _fused_adam_) writes its first argument
+                written = _nbytes(out) or (_nbytes(args[:1]) if name.endswith("_") else 0)
+                calls.append((name, counter.get_total_flops() - before, moved * _nbytes((args, kwargs)), moved * written))
             return out
 
     with counter, Counting():

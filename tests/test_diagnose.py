@@ -169,11 +169,13 @@ def test_flops_and_bytes_belong_to_the_kernel_not_the_dispatcher(cpu_roofs):
 
 def test_counted_calls_see_bytes_and_flops_and_views_move_nothing():
     a, b = torch.randn(16, 8), torch.randn(8, 4)
-    calls = diagnose.count_calls(lambda: (a @ b, a.t(), a.add_(1.0)))
-    mm, view, add = calls
+    ones = [torch.ones(3), torch.ones(5)]
+    calls = diagnose.count_calls(lambda: (a @ b, a.t(), a.add_(1.0), torch._foreach_mul_(ones, 2.0)))
+    mm, view, add, foreach = calls
     assert mm == ("aten::mm", 2 * 16 * 8 * 4, (16 * 8 + 8 * 4) * 4, 16 * 4 * 4)
     assert view[0] == "aten::t" and view[2:] == (0, 0)
     assert add[0] == "aten::add_" and add[2:] == (16 * 8 * 4, 16 * 8 * 4)  # in place: read and written
+    assert foreach == ("aten::_foreach_mul_", 0, 8 * 4, 8 * 4)  # returns nothing, writes its first argument
 
 
 def _event(name, cpu_us, children=(), device_us=0.0):
