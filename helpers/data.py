@@ -9,7 +9,8 @@
   It is its own class, clearly named, and never pretends to be the real archive.
 * ``heavy_pipeline`` is the book's expensive augmentation chain (chapter 05).
 * ``make_loader`` builds a DataLoader whose shuffling is seeded per epoch and can resume
-  in the middle of an epoch (see ``EpochShuffleSampler``).
+  in the middle of an epoch (see ``EpochShuffleSampler``); ``loading_pass`` times one pass of a
+  new loader (a round for ``helpers.measure.interleaved``, chapter 05's "loading alone").
 * ``download_lock`` serialises the check-and-download of a real dataset between processes
   (DDP ranks start together and would otherwise download into the same folder at once).
 """
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterator
@@ -333,3 +335,17 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool, seed: int = 0
         pin_memory=pin_memory, persistent_workers=persistent_workers,
         prefetch_factor=prefetch_factor, drop_last=drop_last,
     )
+
+
+def loading_pass(dataset: Dataset, batch_size: int, **options) -> Callable[[], tuple[float, dict[str, float]]]:
+    """A round of "loading alone": build a new ``make_loader(dataset, batch_size, train=True, **options)``
+    (its workers start during the pass, as in an epoch), iterate it once and return the seconds with
+    ``{"images_per_s": ...}``, the form ``helpers.measure.interleaved`` takes."""
+    def one_round() -> tuple[float, dict[str, float]]:
+        loader = make_loader(dataset, batch_size, train=True, **options)
+        start, images = time.perf_counter(), 0
+        for inputs, *_ in loader:
+            images += len(inputs)
+        took = time.perf_counter() - start
+        return took, {"images_per_s": images / took}
+    return one_round

@@ -258,3 +258,13 @@ def test_real_dataset_is_checked_under_the_lock(tmp_path, monkeypatch):
     monkeypatch.setattr(data, "_torchvision_class", lambda name: Checks)
     data.load_dataset("cifar10", source="real", root=tmp_path)
     assert seen == [True]
+
+
+def test_loading_pass_times_one_pass_of_a_new_loader():
+    dataset = data.StandInImages("fashionmnist", length=10, as_tensor=True)
+    one_round = data.loading_pass(dataset, 4)
+    took, metrics = one_round()
+    assert took > 0 and metrics["images_per_s"] == pytest.approx(10 / took)
+    assert one_round()[1]["images_per_s"] > 0  # a round builds its loader anew
+    with pytest.raises(ValueError):
+        data.loading_pass(dataset, 4, num_workers=0, prefetch_factor=2)()
