@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from helpers import chapter_time as ct
@@ -140,8 +141,18 @@ def test_main_gives_one_line_for_a_bad_notebook(tmp_path, capsys):
 def test_committed_chapters_state_the_time_their_run_took():
     chapters = sorted(ROOT.glob("notebooks/[01][0-9]_*.ipynb"))[1:]  # 00 is the setup check, not a lesson
     assert len(chapters) == 14
-    stale = [p.name for p in chapters if ct.update(p, check=True)[1]]
+    pending = {p.name for p in chapters if pending_reexecution(p)}
+    stale = [p.name for p in chapters if p.name not in pending and ct.update(p, check=True)[1]]
     assert not stale, f"re-measure with: python -m helpers.chapter_time notebooks/NN_*.ipynb ({stale})"
+    for p in chapters:  # a chapter awaiting its re-execution still states the reading time of its text
+        if p.name in pending:
+            nb = nbformat.read(p, as_version=4)
+            assert ct.stated_minutes(nb).reading == math.ceil(ct.reading_minutes(nb) - 1e-9), p.name
+
+
+def pending_reexecution(path):
+    """The reason a chapter's code is ahead of its committed outputs ('' when it is not)."""
+    return json.loads(path.read_text()).get("metadata", {}).get("course", {}).get("pending_reexecution", "")
 
 
 GUIDE = """| # | chapter | after it | read min | compute min | hardware |
