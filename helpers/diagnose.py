@@ -31,9 +31,8 @@ REGIME_LEVERS: dict[str, str] = {
     "compute": "bf16/AMP where the device has fast low-precision math, a bigger compute-efficient kernel, more cores",
     "memory": "channels-last, fusion via torch.compile, bf16 to halve the bytes",
     "overhead": "torch.compile or CUDA graphs to cut per-operator cost, a bigger batch to spread it",
-    "input": "DataLoader workers, pinned memory, data already decoded (chapter 05); the tuner has no input lever",
-    "communication": "fewer, bigger all-reduces, no_sync over accumulation steps, more threads per rank "
-                     "(chapters 08-09); the tuner has no communication lever",
+    "input": "DataLoader workers, pinned memory, data decoded once (chapter 05)",
+    "communication": "fewer, bigger all-reduces, no_sync over accumulation steps, more threads per rank (chapters 08-09)",
 }
 SLOW = 0.25
 """An operator bound by compute or memory below this fraction of its roof is a finding (slow kernel or layout)."""
