@@ -17,7 +17,6 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import record_function
-from torch.utils.flop_counter import FlopCounterMode
 
 from . import devices, roofs as R, run_sizes
 from .cpu_meter import CpuMeter
@@ -57,9 +56,7 @@ class OpCost:
 
     @property
     def regime(self) -> str:
-        if self.fixed:
-            return self.fixed
-        return max(self.ideal, key=self.ideal.get) if any(self.ideal.values()) else "overhead"
+        return self.fixed or (max(self.ideal, key=self.ideal.get) if any(self.ideal.values()) else "overhead")
 
     @property
     def roof_share(self) -> float | None:
@@ -142,6 +139,7 @@ def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
     The one use of torch.utils._python_dispatch (semi-private): no public mode sees aten operators with their
     tensors (``torch.overrides.TorchFunctionMode`` sees torch functions before autograd and decomposition)."""
     from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils.flop_counter import FlopCounterMode  # imported when used: it takes a while
 
     calls: list[tuple[str, int, int, int]] = []
     counter = FlopCounterMode(display=False)
@@ -297,6 +295,8 @@ def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Ca
 def training_step_flops(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                         loss_fn: Callable) -> int:
     """FLOPs of one forward + loss + backward pass (torch.utils.flop_counter; the update is not counted, grads cleared)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
     counter = FlopCounterMode(display=False)
     with counter:
         loss_fn(model(inputs), targets).backward()
