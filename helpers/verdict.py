@@ -179,7 +179,7 @@ def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: 
     ratio = math.exp(statistics.median(walsh))
     c = _critical_rank(n, confidence)
     if c < 0:
-        return Verdict(ratio, min(ratios), max(ratios), NO_DIFFERENCE, n, confidence,
+        return Verdict(ratio, min(ratio, *ratios), max(ratio, *ratios), NO_DIFFERENCE, n, confidence,
                        f"{n} round{'s' if n != 1 else ''} cannot give a {confidence:.0%} interval; "
                        f"a verdict needs at least {MIN_ROUNDS}", min_effect)
     low, high = math.exp(walsh[c]), math.exp(walsh[-c - 1])

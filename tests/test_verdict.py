@@ -103,6 +103,12 @@ def test_the_estimate_lies_inside_its_printed_interval_in_every_case():
         assert low <= float(f"{v.ratio:.2f}") <= high  # printed ratio inside the printed interval
 
 
+def test_one_round_keeps_its_estimate_inside_its_range():
+    for b, v in ((1 / 97, 4 / 89), (1 / 97, 9 / 89), (1 / 97, 11 / 89), (0.3, 0.7)):  # exp(log(r)) != r for the first three
+        got = rule.verdict([b], [v])
+        assert got.low <= got.ratio <= got.high
+
+
 def test_interval_bounds_are_rounded_outward():
     v = rule.Verdict(1.0, 0.90499, 1.00001, rule.NO_DIFFERENCE, 8)
     assert v.interval == "0.90-1.01"
