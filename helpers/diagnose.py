@@ -31,7 +31,8 @@ REGIME_LEVERS: dict[str, str] = {
     "memory": "channels-last, fusion via torch.compile, bf16 to halve the bytes",
     "overhead": "torch.compile or CUDA graphs to cut per-operator cost, a bigger batch to spread it",
     "input": "DataLoader workers, pinned memory, data decoded once (chapter 05)",
-    "communication": "fewer, bigger all-reduces, no_sync over accumulation steps, more threads per rank (chapters 08-09)",
+    "communication": "fewer, bigger all-reduces, no_sync over accumulation steps, more threads per rank "
+                     "(chapters 08-09)",
 }
 SLOW = 0.25
 """An operator bound by compute or memory below this fraction of its roof is a finding (slow kernel or layout)."""
@@ -153,7 +154,8 @@ def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
                 name, moved = func.name().split(".")[0], not func.is_view  # a view moves no bytes
                 # an in-place operator that returns nothing (_foreach_add_, _fused_adam_) writes its first argument
                 written = _nbytes(out) or (_nbytes(args[:1]) if name.endswith("_") else 0)
-                calls.append((name, counter.get_total_flops() - before, moved * _nbytes((args, kwargs)), moved * written))
+                calls.append((name, counter.get_total_flops() - before, moved * _nbytes((args, kwargs)),
+                              moved * written))
             return out
 
     with counter, Counting():
@@ -250,7 +252,8 @@ def _diagnosis(rows: list[OpCost], step_s: float, roofs: R.Roofs, caveats: Seque
                                 f"({100 * share:.0f}% of the step): the kernel or the layout is the limit"))
     top = diagnosis.top
     said = f"{top} bounds the step ({100 * shares[top]:.0f}%): {REGIME_LEVERS[top]}"
-    diagnosis.findings = [t for s, t in slow if s >= 0.1] + [said] + [t for s, t in slow if s < 0.1] + [*caveats, LOWER_BOUNDS]
+    diagnosis.findings = ([t for s, t in slow if s >= 0.1] + [said] + [t for s, t in slow if s < 0.1]
+                          + [*caveats, LOWER_BOUNDS])
     triads = ", ".join(f"{lv} {k['triad'].best / 1e9:.3g}" for lv, k in roofs.bandwidth.items())
     diagnosis.note = (f"one step {1e3 * step_s:.3g} ms on {roofs.device} ({roofs.mode}); roofs (best round): matmul "
                       f"{roofs.matmul.best / 1e9:.3g} GFLOP/s, triad GB/s {triads}, per-op overhead "
@@ -276,7 +279,8 @@ def loader_wait(loader: Iterable, step: Callable[[Any], Any] | None = None, batc
 
 
 def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Callable,
-                 optimizer: torch.optim.Optimizer, *, device: torch.device | str = "cpu", steps: int | None = None) -> float:
+                 optimizer: torch.optim.Optimizer, *, device: torch.device | str = "cpu",
+                 steps: int | None = None) -> float:
     """Seconds per step of communication a DDP step does not hide: its median minus the same step's under ``no_sync``.
 
     Every rank must call it (the synced steps all-reduce); steps alternate so both arms share the machine's drift."""
@@ -294,7 +298,7 @@ def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Ca
 
 def training_step_flops(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                         loss_fn: Callable) -> int:
-    """FLOPs of one forward + loss + backward pass (torch.utils.flop_counter; the update is not counted, grads cleared)."""
+    """FLOPs of one forward + loss + backward (torch.utils.flop_counter; the update uncounted, gradients cleared)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     counter = FlopCounterMode(display=False)

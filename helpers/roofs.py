@@ -188,7 +188,8 @@ class Roofs:
                       note="; ".join(self.notes))
         scale = {"FLOP/s": (1e9, "GFLOP/s"), "B/s": (1e9, "GB/s"), "s": (1e-6, "µs")}
         levels = [(lv, r) for lv, kinds in self.bandwidth.items() for r in kinds.values()]
-        for level, r in [("", self.matmul), *levels, ("", self.overhead), ("", self.launch), *(("", h) for h in self.h2d)]:
+        others = [("", self.overhead), ("", self.launch), *(("", h) for h in self.h2d)]
+        for level, r in [("", self.matmul), *levels, *others]:
             if r is not None:
                 div, unit = scale[r.unit]
                 table.add(r.name, level, r.median / div, r.low / div, r.high / div, unit)
@@ -226,7 +227,7 @@ def measure_roofs(device: torch.device | str = "cpu", mode: str = "fp32") -> Roo
         roofs.h2d = [host_to_device(device, run_sizes.pick(smoke=16, workshop=64, full=256) * MIB, pinned, rounds)
                      for pinned in ((False, True) if device.type in ("cuda", "xpu") else (False,))]
     if (others := meter.stop()).disturbed():
-        roofs.notes.append(f"other processes took {others.cores:.1f} cores meanwhile: medians are off, best rounds closer")
+        roofs.notes.append(f"other processes took {others.cores:.1f} cores meanwhile: read the best rounds")
     return roofs
 
 

@@ -204,7 +204,8 @@ def test_the_kernel_owns_its_dispatchers_time():
         _event("aten::mkldnn_convolution", 90.0, [_event("aten::empty", 3.0)])])]), _event("autograd::engine", 7.0))
     steps, calls, kernel = diagnose.kernel_times(step, {"aten::convolution"})
     assert kernel == {"aten::convolution": "aten::mkldnn_convolution"} and list(steps) == [None]  # no step marks
-    assert steps[None] == pytest.approx({"aten::conv2d": 1e-6, "aten::mkldnn_convolution": 95e-6, "autograd::engine": 7e-6})
+    assert steps[None] == pytest.approx({"aten::conv2d": 1e-6, "aten::mkldnn_convolution": 95e-6,
+                                         "autograd::engine": 7e-6})
     assert calls["aten::mkldnn_convolution"] == 1 and calls["aten::empty"] == 1
     marked = [_event(diagnose.STEP, 0.0, [_event("aten::mm", us)]) for us in (5.0, 50.0)]
     for start, mark in zip((10, 20), marked):
