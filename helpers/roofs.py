@@ -66,9 +66,9 @@ def math_mode(device: torch.device | str, autocast: torch.dtype | None = None) -
     """The math mode a step runs in: the autocast dtype, else fp32 -- TF32 on CUDA when matmuls or cuDNN may use it."""
     if autocast is not None and autocast != torch.float32:
         return {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(autocast, str(autocast).removeprefix("torch."))
-    if torch.device(device).type == "cuda" and (torch.backends.cuda.matmul.allow_tf32
-                                                 or torch.backends.cudnn.allow_tf32):
-        return "tf32"
+    if torch.device(device).type == "cuda" and "tf32" in (torch.backends.cuda.matmul.fp32_precision,
+                                                           torch.backends.cudnn.conv.fp32_precision):
+        return "tf32"  # the API of torch >= 2.9; the old allow_tf32 flags can raise once it was used
     return "fp32"
 
 

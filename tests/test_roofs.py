@@ -112,3 +112,14 @@ def test_gpu_roofs_have_launch_latency_and_host_copies():
     assert r.launch is not None and r.launch.median > 0
     assert [h.name.split(", ")[1] for h in r.h2d] == ["pageable", "pinned"] and all(h.median > 0 for h in r.h2d)
     assert "L2" in r.capacity
+
+
+def test_math_mode_reads_the_fp32_precision_api():
+    matmul, conv = torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+    try:
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = "ieee", "ieee"
+        assert roofs.math_mode("cuda") == "fp32"
+        torch.backends.cuda.matmul.fp32_precision = "tf32"
+        assert roofs.math_mode("cuda") == "tf32" and roofs.math_mode("cuda", torch.bfloat16) == "bf16"
+    finally:
+        torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision = matmul, conv
