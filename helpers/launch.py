@@ -11,7 +11,8 @@
   ``helpers.children.Job`` (the course's one child-process runner), so on a timeout or Ctrl-C
   every process it started -- launchers and the ranks they spawned in their own sessions -- is
   stopped and waited for, and nothing is left holding a port or a core;
-* ``measure_job`` runs a job with the course's measurement protocol; ``rank_lines`` picks
+* ``measure_job`` runs a job with the course's measurement protocol (``job_arm``: one fresh job
+  per call, an arm of ``measure.interleaved``); ``rank_lines`` picks
   the per-rank report lines out of a job's output.
 """
 
@@ -310,6 +311,18 @@ def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], o
         samples.extend(rest if epochs_as_samples else [statistics.median(rest)])
     assert job is not None
     return _result(name, samples, warm, summaries, job)
+
+
+def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
+            outputs: dict[str, str] | None = None, *, env: Mapping[str, str] | None = None) -> Callable[[], "Result"]:
+    """An arm for ``measure.interleaved``: every call runs one fresh job (``measure_job``), so each round
+    gets new processes; ``outputs[name]`` keeps the last job's output (for ``rank_lines``)."""
+    def once() -> "Result":
+        res = measure_job(name, command, out_dir, env=env)
+        if outputs is not None:
+            outputs[name] = res.settings["last_output"]
+        return res
+    return once
 
 
 def measure_seeds(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,

@@ -286,3 +286,17 @@ def test_measure_seeds_gives_one_result_per_seed_from_one_job(tmp_path):
         L.measure_seeds("one", lambda out: _fake_job(out, [9.0, 2.0]), tmp_path, [0, 1])
     with pytest.raises(ValueError, match="at least one seed"):
         L.measure_seeds("none", job, tmp_path, [])
+
+
+def test_job_arm_runs_a_fresh_job_per_call_and_keeps_its_output(tmp_path):
+    calls, outputs = [], {}
+
+    def one(out):
+        calls.append(out)
+        return _fake_job(out, [9.0, 2.0 + len(calls)])
+
+    arm = L.job_arm("arm", one, tmp_path, outputs)
+    first, second = arm(), arm()
+    assert len(calls) == 2 and (first.samples, second.samples) == ([3.0], [4.0])  # a new job each call
+    assert "done" in outputs["arm"]
+    assert L.job_arm("quiet", one, tmp_path)().samples == [5.0]               # outputs are optional
