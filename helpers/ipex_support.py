@@ -12,10 +12,12 @@ bf16 weight prepacking (which asserts AVX-512 or AVX-NE-CONVERT). Upstream repla
 ``torch.compile`` (Inductor) on CPUs, native ``torch.xpu`` on Intel GPUs.
 
 It also runs chapter 04's comparison across environments: ``python -m helpers.ipex_support
---serve VARIANT`` is one variant's long-lived child process (``helpers.children`` protocol),
-started with the IPEX environment's Python for the torch 2.8 arms and with the course's own
-Python for the current-PyTorch arm, so that only the IPEX variants' processes ever import IPEX
-(its import replaces some of PyTorch's kernels, the CPU autocast ones included).
+--serve VARIANT`` is one variant's child process (``helpers.children`` protocol), started with the
+IPEX environment's Python for the torch 2.8 arms and with the course's own Python for the
+current-PyTorch arms, so that only the IPEX variants' processes ever import IPEX (its import
+replaces some of PyTorch's kernels, the CPU autocast ones included). ``round_commands`` gives the
+arms' command lines for ``helpers.variants.fresh_process_rounds`` (a new process per arm and round)
+and ``round_value`` reads one round's answer.
 """
 
 from __future__ import annotations
@@ -172,8 +174,8 @@ def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dtype: to
 # Importing IPEX registers its own kernels over some of PyTorch's, the AutocastCPU ones
 # included (its import warns "Overriding a previously registered kernel ... dispatch key:
 # AutocastCPU"). A "stock" variant measured in a process that has imported IPEX is not stock,
-# so every variant below runs in its own long-lived child (``helpers.children``), and only
-# the children of IPEX variants import IPEX.
+# so every variant below runs in a child of its own (``helpers.children``; a new one per arm and
+# round in chapter 04's comparison), and only the children of IPEX variants import IPEX.
 # ----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ VARIANTS: dict[str, Variant] = {
     "stock_fp32": Variant(),
     "stock_fused": Variant(fused=True),
     "stock_fp32_cl": Variant(channels_last=True),
+    "stock_cl_fused": Variant(channels_last=True, fused=True),
     "ipex_fp32": Variant(ipex=True),
     "stock_bf16_cl": Variant(channels_last=True, bf16=True),
     "ipex_bf16": Variant(ipex=True, bf16=True),
@@ -200,11 +203,13 @@ VARIANTS: dict[str, Variant] = {
     "upstream_bf16": Variant(channels_last=True, fused=True, bf16=True, compile="inductor"),
 }
 """The variants a child can serve. ``stock_fused``: Adam with ``fused=True`` (the fair control for
-IPEX's fused optimizer); ``ipex_fp32``/``ipex_bf16``: ``ipex.optimize`` (which puts convolution
-weights in oneDNN's blocked layout itself and fuses the optimizer's update); ``ipex_backend``:
+IPEX's fused optimizer); ``stock_cl_fused``: channels-last and fused Adam, eager (stock PyTorch's
+replacements for IPEX's layout and update, without compile); ``ipex_fp32``/``ipex_bf16``:
+``ipex.optimize`` (which puts convolution weights in oneDNN's blocked layout itself and fuses the
+optimizer's update); ``ipex_backend``:
 ``torch.compile`` with the ``ipex`` backend on a plain model; ``inductor``: ``torch.compile``'s
-default backend; ``upstream``/``upstream_bf16``: current PyTorch's replacements for IPEX together
-(channels-last, fused Adam, ``torch.compile``, and bf16 autocast where the CPU has bf16 kernels)."""
+default backend; ``upstream``: ``stock_cl_fused`` compiled (so that against ``stock_cl_fused`` it
+isolates the compile); ``upstream_bf16``: that with bf16 autocast (for CPUs with bf16 kernels)."""
 
 
 def variant(name: str) -> Variant:
@@ -252,8 +257,9 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
                 lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0) -> dict[str, Any]:
     """One round of variant ``name``: a fresh seeded model, ``warmup_steps`` untimed steps, then
     one timed pass over ``batches``, then accuracy on ``test_batches``. A compiled variant compiles
-    in its first round's warm-up; later rounds' fresh models reuse the code compiled in this
-    process (Dynamo guards on the parameters' shapes and dtypes, not on the module object).
+    in its warm-up (``warmup_s``); a later round in the same process would reuse the code compiled
+    there (Dynamo guards on the parameters' shapes and dtypes, not on the module object), which is
+    why chapter 04 starts a new process, with an empty Inductor cache, per arm and round.
 
     Returns ``{"value": seconds per training step, "metrics": {...}}`` (metrics: ``accuracy`` in %,
     ``loss`` of the last step, ``warmup_s``, ``prepare_s`` (building the variant), ``steps`` and
@@ -346,8 +352,21 @@ def serve_argv(name: str, *, dataset: str = "cifar10", train_size: int = 1024, t
             "--lr", repr(lr), "--warmup-steps", str(warmup_steps), "--seed", str(seed)]
 
 
+def round_commands(arms: Mapping[str, tuple[str, str | None]], env: Mapping[str, str] | None = None,
+                   **options: Any) -> dict[str, tuple[list[str], dict[str, str] | None]]:
+    """``{arm: (variant, python)}`` (python None: this one) -> ``{arm: (argv, env)}`` for
+    ``helpers.variants.fresh_process_rounds``; ``options`` go to ``serve_argv`` (train_size, lr, ...)."""
+    return {arm: (serve_argv(name, python=python, **options), dict(env) if env else None)
+            for arm, (name, python) in arms.items()}
+
+
+def round_value(payload: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
+    """One round's answer of a ``--serve`` child as ``(seconds per step, metrics)`` for ``measure.interleaved``."""
+    return float(payload["value"]), dict(payload["metrics"])
+
+
 def _serve(args: argparse.Namespace) -> None:
-    """The child: load the data (and IPEX, for IPEX variants) once, then answer requests:
+    """The child: load the data (and IPEX, for IPEX variants) before READY, then answer requests:
     ``{}`` trains one round, ``{"profile": true}`` profiles, ``{"describe": true}`` says what
     ``prepare`` made of the model."""
     from . import children, data

@@ -134,3 +134,13 @@ def test_bf16_prepack_supported_reads_the_cpu_flags(monkeypatch):
     for flag in (True, False):
         monkeypatch.setattr(system, "cpu_bf16_support", lambda flag=flag: {"ipex_bf16_prepack": flag, "amx": False})
         assert ipex_support.bf16_prepack_supported() is flag
+
+
+def test_round_commands_and_value():
+    cmds = ipex_support.round_commands({"a": ("stock_cl_fused", None), "b": ("stock_fp32", "/x/python")},
+                                       env={"OMP_NUM_THREADS": "1"}, train_size=64)
+    assert cmds["a"][0][1:4] == ["-m", "helpers.ipex_support", "--serve"] and "stock_cl_fused" in cmds["a"][0]
+    assert cmds["b"][0][0] == "/x/python" and cmds["b"][1] == {"OMP_NUM_THREADS": "1"}
+    assert cmds["a"][0][cmds["a"][0].index("--train-size") + 1] == "64"
+    assert ipex_support.variant("stock_cl_fused") == ipex_support.Variant(channels_last=True, fused=True)
+    assert ipex_support.round_value({"value": 0.5, "metrics": {"loss": 1.0}}) == (0.5, {"loss": 1.0})
