@@ -71,7 +71,7 @@ BIN := $(VENV)/bin
 .PHONY: _build-venv _build-ipex setup setup-ipex lab test unit unit-ipex student execute reproduce bench tune doctor submit pool platforms clean-venv
 
 # Two clones may run `make setup` at the same time into the one shared environment. The build runs
-# under a lock (filelock, on <venv>.lock; helpers.install build_locked): the second waits, saying so,
+# under a lock (filelock, on <venv>.lock; helpers.build_lock): the second waits, saying so,
 # then finds .installed and reuses the environment; if the first build failed, it builds it itself.
 # The system python3 that runs this has no filelock (and a venv is not relocatable, so building in a
 # private folder and renaming it into place is no option: its scripts name their folder). So a Python
@@ -81,7 +81,7 @@ BIN := $(VENV)/bin
 # The kernel releases the lock of a killed build, so it never blocks the next one.
 $(VENV)/.installed:
 	@$(CHECK_PYTHON)
-	@$(PYTHON) -m helpers.install build-locked --venv "$(VENV)" --cache "$(CACHE)" -- \
+	@$(PYTHON) -m helpers.build_lock --venv "$(VENV)" --cache "$(CACHE)" -- \
 		$(SUBMAKE) --no-print-directory _build-venv PYTHON="$(PYTHON)" VENV="$(VENV)" DEVICE="$(DEVICE)" CACHE="$(CACHE)"
 
 # (make -n shows this line without running it: `make -n _build-venv` shows the build's steps.)
@@ -120,7 +120,7 @@ endif
 # clone). Built under its lock like the default one (above).
 $(IPEX_VENV)/.installed:
 	@$(CHECK_PYTHON)
-	@$(PYTHON) -m helpers.install build-locked --venv "$(IPEX_VENV)" --cache "$(CACHE)" -- \
+	@$(PYTHON) -m helpers.build_lock --venv "$(IPEX_VENV)" --cache "$(CACHE)" -- \
 		$(SUBMAKE) --no-print-directory _build-ipex PYTHON="$(PYTHON)" IPEX_VENV="$(IPEX_VENV)" CACHE="$(CACHE)"
 
 _build-ipex:

@@ -1,8 +1,8 @@
-"""Install steps of the course's environments, their keys and build lock, and the pins' platform check.
+"""Install steps of the course's environments, their keys, and the pins' platform check.
 
 IPEX (``ipex_*``) and XPU (``xpu_*``) environments, keys (``env_key``, ``ipex_venv``: py3.X + hash of the pins),
-``build_locked`` (make setup's lock), ``check_platforms`` (make platforms); docs/environments.md explains each.
-Standard library only (filelock once installed): the system python3 runs it before anything is installed."""
+``check_platforms`` (make platforms); docs/environments.md explains each; make setup's lock: helpers.build_lock.
+Standard library only: the system python3 runs it before anything is installed."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import sys
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 FROM_TORCH_INDEX: tuple[str, ...] = ("torch", "torchvision")
@@ -234,111 +234,6 @@ def folder_size(path: Path | str) -> int:
 
 
 # ----------------------------------------------------------------------------------------
-# Building a shared environment under a lock
-# ----------------------------------------------------------------------------------------
-
-def lock_path(venv: Path | str) -> Path:
-    """The lock file of an environment's build: ``<venv>.lock``, beside the folder (its build removes the folder)."""
-    venv = Path(venv)
-    return venv.with_name(venv.name + ".lock")
-
-
-def filelock_requirement(pyproject: Path | str = ROOT / "pyproject.toml") -> str:
-    """filelock as the course pins it (torch depends on it), else unpinned: what the lock tool installs."""
-    for line in course_requirements(pyproject, extras=()):
-        name, version, _ = parse_pin(line)
-        if name == "filelock":
-            return f"filelock=={version}" if version else "filelock"
-    return "filelock"
-
-
-def venv_python(venv: Path | str) -> Path:
-    """The Python of the venv in ``venv``."""
-    return Path(venv) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
-def _make_lock_tool(folder: Path) -> None:
-    """A venv in ``folder`` with filelock only (seconds; needs the package index)."""
-    for cmd in ([sys.executable, "-m", "venv", str(folder)],
-                [str(venv_python(folder)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 filelock_requirement()]):
-        proc = subprocess.run(cmd, capture_output=True, text=True)
-        if proc.returncode:
-            raise InstallError(f"could not make the lock tool ({shlex.join(cmd)}): "
-                               f"{tail_lines(proc.stderr or proc.stdout, 3)}; check the network and run make again")
-
-
-def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool) -> Path:
-    """The Python of ``<cache>/.lock-tool-py3.X``, a small venv with filelock, for a bootstrap Python that lacks
-    it. Made once in a private folder and renamed into place (one atomic step), so two clones racing to
-    make it never use a half-made one: the loser removes its copy and uses the winner's."""
-    import shutil  # noqa: PLC0415
-    import tempfile  # noqa: PLC0415
-
-    cache = Path(cache)
-    final = cache / f".lock-tool-{python_tag()}"
-    if venv_python(final).exists() and subprocess.run([str(venv_python(final)), "-c", "import filelock"],
-                                                      capture_output=True).returncode == 0:
-        return venv_python(final)
-    cache.mkdir(parents=True, exist_ok=True)
-    print(f"Making the lock tool of the course environments (filelock, once per Python): {final}", flush=True)
-    private = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=cache))
-    try:
-        make(private)
-        if final.exists():  # a broken one: move it aside in one step, then remove it
-            aside = Path(tempfile.mkdtemp(prefix=final.name + ".old-", dir=cache))
-            try:
-                os.replace(final, aside / "x")
-            except OSError:
-                pass
-            shutil.rmtree(aside, ignore_errors=True)
-        try:
-            os.rename(private, final)
-        except OSError:  # another clone's went in first: use that one
-            pass
-    finally:
-        shutil.rmtree(private, ignore_errors=True)
-    return venv_python(final)
-
-
-def build_locked(venv: Path | str, command: Sequence[str], say: Callable[[str], None] = print,
-                 note_every: float = 60.0) -> int:
-    """Run ``command`` (which builds ``venv`` and ends by writing ``<venv>/.installed``) while holding
-    ``<venv>.lock`` (filelock). A second caller waits, saying so, and then reuses the finished environment
-    instead of building it again; if the first build failed (no ``.installed``), it builds it itself.
-    The operating system releases the lock of a process that dies, so a killed build never blocks the next."""
-    from filelock import FileLock, Timeout  # noqa: PLC0415
-
-    venv = Path(venv)
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(lock_path(venv)))
-    waited = False
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        waited = True
-        say(f"Another `make setup` is building {venv}: waiting for it to finish, then reusing it "
-            f"(it holds {lock_path(venv)})")
-        minutes = 0.0
-        while True:
-            try:
-                lock.acquire(timeout=note_every)
-                break
-            except Timeout:
-                minutes += note_every / 60
-                say(f"... still waiting for the other build of {venv} ({minutes:.0f} min)")
-    try:
-        if (venv / ".installed").exists():
-            say(f"{venv} is ready (built by the other run): reusing it")
-            return 0
-        if waited:
-            say(f"The other run did not finish {venv}: building it here")
-        return subprocess.run(list(command)).returncode
-    finally:
-        lock.release()
-
-
-# ----------------------------------------------------------------------------------------
 # The pins on other platforms
 # ----------------------------------------------------------------------------------------
 
@@ -401,11 +296,6 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("--device", choices=["xpu"], required=True)
     check.add_argument("--python", default=sys.executable)
     sub.add_parser("env-key", help="print the default environment's key: py3.X-<hash of the pins>")
-    locked = sub.add_parser("build-locked", help="run a build command of an environment under its lock (see build_locked)")
-    locked.add_argument("--venv", required=True, help="the environment's folder; the command must write <venv>/.installed")
-    locked.add_argument("--cache", default=None, help="where the lock tool goes when this Python lacks filelock "
-                                                      "(default: the venv's parent)")
-    locked.add_argument("build", nargs=argparse.REMAINDER, help="-- then the build command")
     venv = sub.add_parser("ipex-venv", help="print the IPEX environment's folder (keyed by its pins and this Python)")
     venv.add_argument("--cache", default=None, help=f"where the environments live (default {DEFAULT_CACHE})")
     ipex = sub.add_parser("setup-ipex", help="install the IPEX environment into the venv of --python")
@@ -420,27 +310,11 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def _build_locked_main(args: argparse.Namespace, argv: Sequence[str]) -> int:
-    command = args.build[1:] if args.build[:1] == ["--"] else args.build
-    if not command:
-        raise InstallError("build-locked needs the build command after --")
-    try:
-        import filelock  # noqa: F401, PLC0415
-    except ImportError:  # the bootstrap Python (python3 of the system): take the lock with the lock tool's
-        tool = lock_tool(args.cache or Path(args.venv).parent)
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-        return subprocess.run([str(tool), "-m", "helpers.install", *argv], env=env).returncode
-    return build_locked(args.venv, command, say=lambda line: print(line, flush=True))
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
     if args.command == "env-key":
         print(env_key())
         return 0
-    if args.command == "build-locked":
-        return _build_locked_main(args, argv)
     if args.command == "ipex-venv":
         print(ipex_venv(args.cache))
         return 0

@@ -126,16 +126,18 @@ def _make_n(tmp_path, *args, target="setup"):
 
 
 def test_make_setup_device_xpu_uses_its_own_venv_and_the_install_plan(tmp_path):
+    import sys
+
     from helpers import install
 
-    xpu = _make_n(tmp_path, "DEVICE=xpu")
+    xpu = _make_n(tmp_path, "DEVICE=xpu", f"PYTHON={sys.executable}")   # env_key() below: this Python's key
     assert xpu.returncode == 0, xpu.stderr
     key = install.env_key()
     assert f"--venv \"{tmp_path}/venv-xpu-{key}\"" in xpu.stdout and "-m helpers.install check --device xpu" in xpu.stdout
     build = _make_n(tmp_path, "DEVICE=xpu", target="_build-venv")
     assert "-m helpers.install setup --device xpu" in build.stdout and '.[test]' not in build.stdout
     assert "-m pip check" not in xpu.stdout
-    default = _make_n(tmp_path)
+    default = _make_n(tmp_path, f"PYTHON={sys.executable}")
     assert default.returncode == 0 and f"{tmp_path}/venv-{key}" in default.stdout  # same pins, different environment
     assert "-m pip install --quiet -e \".[test]\"" in _make_n(tmp_path, target="_build-venv").stdout
     assert "helpers.install setup" not in default.stdout and "venv-xpu-" not in default.stdout
@@ -157,7 +159,7 @@ def test_makefile_supports_the_pythons_of_requires_python():
     for target, internal in (("$(VENV)", "_build-venv"), ("$(IPEX_VENV)", "_build-ipex")):
         recipe = makefile.split(f"\n{target}/.installed:\n", 1)[1].split("\n\n", 1)[0]
         assert recipe.splitlines()[0] == "\t@$(CHECK_PYTHON)", recipe
-        assert f"-m helpers.install build-locked --venv \"{target}\"" in recipe and f"$(SUBMAKE) --no-print-directory {internal}" in recipe
+        assert f"-m helpers.build_lock --venv \"{target}\"" in recipe and f"$(SUBMAKE) --no-print-directory {internal}" in recipe
     assert re.search(r"^\trm -rf \"\$\(VENV\)\"$", makefile, re.M).start() > makefile.index("\n_build-venv:")
 
 
@@ -190,10 +192,10 @@ def test_make_picks_python3_when_supported_else_the_newest_python3_x_else_says_w
     _fake_python(bins, "python3.11", (3, 11))
     picked = _make(tmp_path, bins)
     assert picked.returncode == 0, picked.stderr
-    assert f"{bins}/python3 -m helpers.install build-locked" in picked.stdout
+    assert f"{bins}/python3 -m helpers.build_lock" in picked.stdout
     _fake_python(bins, "python3", (3, 10))    # Ubuntu 22.04: python3 is 3.10, python3.11 installed beside it
     picked = _make(tmp_path, bins)
-    assert picked.returncode == 0 and f"{bins}/python3.11 -m helpers.install build-locked" in picked.stdout
+    assert picked.returncode == 0 and f"{bins}/python3.11 -m helpers.build_lock" in picked.stdout
     (bins / "python3.11").unlink()
     none = _make(tmp_path, bins)
     assert none.returncode != 0 and "No supported Python found: the course needs Python 3.11, 3.12 or 3.13" in none.stderr
@@ -247,5 +249,5 @@ def test_two_make_setups_at_once_build_one_environment(tmp_path):
     out1, out2 = first.communicate(timeout=120)[0], said + second.communicate(timeout=120)[0]
     assert first.returncode == 0 and second.returncode == 0, out1 + out2
     assert (tmp_path / "builds.log").read_text() == "built\n" and (venv / ".installed").is_file()
-    assert said.startswith(f"Another `make setup` is building {venv}: waiting for it to finish"), out2
+    assert said.startswith(f"Another `make setup` is building {venv} (process ") and "waiting for it to finish" in said, out2
     assert f"{venv} is ready (built by the other run): reusing it" in out2
