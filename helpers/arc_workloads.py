@@ -279,3 +279,105 @@ def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int
                                 device_type=device.type).detach())
 
     return step
+
+
+# Chapter 12's sizes per profile (``run_sizes.pick(**COMPARISON_SIZES)``). The comparisons of its section 5
+# rebuild every variant every round, so they run below the blog's sizes at the workshop profile; the full
+# profile uses the blog's. BLOG_SIZES: one instance per workload at the blog's own sizes (its section 5.3).
+COMPARISON_SIZES: dict[str, dict[str, Any]] = {
+    "smoke": dict(cls_batch=2, cls_size=32, unet="tiny", unet_image=32, style_batch=1, style_size=32, steps=1, warmup=0),
+    "workshop": dict(cls_batch=8, cls_size=160, unet="narrow", unet_image=256, style_batch=2, style_size=128, steps=2,
+                     warmup=1),
+    "full": dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, steps=3,
+                 warmup=1),
+}
+BLOG_SIZES: dict[str, dict[str, Any]] = {
+    "smoke": COMPARISON_SIZES["smoke"],
+    "workshop": dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, steps=2,
+                     warmup=1),
+    "full": dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, steps=5,
+                 warmup=1),
+}
+
+
+def step_builders(sizes: dict[str, Any], device: torch.device | str
+                  ) -> tuple[Callable[..., Callable], Callable[..., Callable], Callable[..., Callable]]:
+    """The three step builders (classification, UNet, style transfer) at ``sizes`` (a dict of
+    ``COMPARISON_SIZES``) on ``device``; each takes the options of its ``*_step`` function
+    (``autocast_dtype=``, ``channels_last=``, ``padding=``) and builds a fresh seeded instance."""
+    def cls(**options: Any) -> Callable:
+        return classification_step(device=device, batch=sizes["cls_batch"], size=sizes["cls_size"], **options)
+
+    def unet(**options: Any) -> Callable:
+        return unet_step(sd21_unet(sizes["unet"]), device=device, image_size=sizes["unet_image"], **options)
+
+    def style(**options: Any) -> Callable:
+        return style_transfer_step(device=device, batch=sizes["style_batch"], size=sizes["style_size"], **options)
+
+    return cls, unet, style
+
+
+def variant(build: Callable[..., Callable], *, device: torch.device | str, steps: int, warmup: int,
+            **options: Any) -> Callable[[], Any]:
+    """A variant for ``measure.interleaved``: ``build(**options)`` afresh at every call (seeded), ``warmup``
+    untimed steps, then the median of ``steps`` timed steps (``measure.time_fn``)."""
+    from . import measure
+
+    return lambda: measure.time_fn(build(**options), repeats=steps, warmup=warmup, device=device)
+
+
+# (workload, published experiment, published setups with the Titan RTX, the reference, first)
+PUBLISHED_SETUPS = (("resnet18d", "resnet18d_hagrid_train_step", ["titan_rtx_amp", "arc_a770_bf16_ipex_2_3_110"]),
+                    ("SD 2.1 UNet", "stable_diffusion_2_1_512",
+                     ["titan_rtx_eager", "arc_a770_fp16", "arc_a770_bf16_ipex_2_0_110"]),
+                    ("style transfer", "style_transfer_training", ["titan_rtx", "arc_a770"]))
+
+
+def published_comparison(runs: dict[str, Any], comparable: bool = True, rows: list | None = None
+                         ) -> tuple[Any, list[tuple[str, float | None, str]]]:
+    """Chapter 12's published-vs-yours table: every published setup and every measured run (``runs``: workload
+    name -> ``measure.Result`` named "..., precision") against the published Titan RTX. ``vs Titan RTX`` is
+    steps per second over the Titan's, or for style transfer (published as whole runs only) the Titan's run time
+    over the run's; the resnet18d rows turn a rate into an estimate of the blog's whole run (``HAGRID``).
+    Returns the table and the bars of :func:`plot_published` (label, ratio, colour)."""
+    from . import published
+    from .tables import Table
+
+    pub = {(r.experiment, r.variant): r for r in (rows if rows is not None else published.load("arc_blog"))}
+    table = Table(["workload", "setup", "it/s", "whole run (min)", "vs Titan RTX (x)", "source"],
+                  note="published rows carry their source" + ("" if comparable else
+                                                              "; this machine at SMOKE SIZES: not comparable"))
+    bars: list[tuple[str, float | None, str]] = []
+    for name, exp, setups in PUBLISHED_SETUPS:
+        titan = pub[(exp, setups[0])]
+
+        def run_min(rate: float | None) -> float | None:
+            return HAGRID.estimated_total_s(1 / rate) / 60 if name == "resnet18d" and rate else None
+
+        for r in (pub[(exp, s)] for s in setups):
+            rate, ratio = (r.value, r.value / titan.value) if r.unit == "it/s" else (None, titan.value / r.value)
+            table.add(name, f"{r.variant} (published)", rate, run_min(rate) if rate else r.value / 60, ratio, r.source)
+            bars.append((f"{name}: {r.variant}", ratio, "tab:gray"))
+        mine = runs.get(name)
+        if mine is not None:
+            rate = 1 / mine.stats.median
+            ratio = rate / titan.value if titan.unit == "it/s" else None   # style transfer: no step count published
+            table.add(name, f"this machine, {mine.name.split(', ')[-1]}", rate, run_min(rate), ratio,
+                      "measured here (5.3)")
+            if ratio:
+                bars.append((f"{name}: this machine", ratio, "tab:blue"))
+    return table, bars
+
+
+def plot_published(bars: list[tuple[str, float | None, str]], comparable: bool = True) -> Any:
+    """Horizontal bars of :func:`published_comparison`, on a log axis, the Titan RTX at 1."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    ys = range(len(bars))[::-1]
+    ax.barh(ys, [b[1] for b in bars], color=[b[2] for b in bars])
+    ax.set_yticks(ys, [b[0] for b in bars])
+    ax.axvline(1.0, color="black", lw=1)
+    ax.set(xscale="log", xlim=(None, 2), xlabel="speed relative to the published Titan RTX (log scale)",
+           title="Published (grey) vs this machine (blue)" + ("" if comparable else ": SMOKE SIZES, not comparable"))
+    return fig

@@ -263,3 +263,26 @@ def check(device: torch.device | str, model_fn: Callable[[], nn.Module] | None =
                         device_losses=dev_losses, ok=diff <= tol, tolerance=tol,
                         dtype=_DTYPE_NAMES.get(autocast, str(autocast)), seconds=time.perf_counter() - start,
                         settings=settings, grad_diffs=grad_diffs, update_diffs=update_diffs)
+
+
+def plot(runs: dict[str, ParityResult], ax=None):
+    """Bars of every tensor's largest relative difference (gradient or update) per run (label -> result, the
+    first taken as the honest one), on a log axis, with the first run's tolerance as a dashed line."""
+    import matplotlib.pyplot as plt
+
+    if not runs:
+        raise ValueError("plot needs at least one parity result")
+    first = next(iter(runs.values()))
+    names = list(first.grad_diffs)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3))
+    width = 0.8 / len(runs)
+    for k, (label, res) in enumerate(runs.items()):
+        ax.bar([i + width * k for i in range(len(names))],
+               [max(res.grad_diffs.get(n, 0.0), res.update_diffs.get(n, 0.0), 1e-9) for n in names], width, label=label)
+    ax.axhline(first.tolerance, ls="--", color="black", label=f"tolerance ({first.dtype})")
+    ax.set_xticks([i + width * (len(runs) - 1) / 2 for i in range(len(names))], names, fontsize=8)
+    ax.set(yscale="log", ylabel="gradient or update:\nrelative difference",
+           title=f"parity: {first.device} ({first.dtype}) vs CPU fp32")
+    ax.legend()
+    return ax.figure

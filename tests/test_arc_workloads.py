@@ -78,3 +78,30 @@ def test_vgg16_features_match_torchvision_up_to_relu4_3():
     ours, theirs = arc_workloads.vgg16_features(), vgg16(weights=None).features[:23]
     assert [type(m) for m in ours] == [type(m) for m in theirs]
     assert [tuple(p.shape) for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]
+
+
+def test_sizes_per_profile_and_step_builders_and_variant():
+    for table in (arc_workloads.COMPARISON_SIZES, arc_workloads.BLOG_SIZES):
+        assert set(table) == {"smoke", "workshop", "full"}
+    assert arc_workloads.BLOG_SIZES["workshop"]["cls_size"] == arc_workloads.HAGRID.size
+    sizes = arc_workloads.COMPARISON_SIZES["smoke"]
+    cls, unet, style = arc_workloads.step_builders(sizes, "cpu")
+    timed = arc_workloads.variant(cls, device="cpu", steps=2, warmup=0)()
+    assert len(timed.samples) == 2
+
+
+def test_published_comparison_puts_every_setup_against_the_titan():
+    from helpers import measure
+
+    mine = measure.Result("resnet18d, fp32", [0.5, 0.5], [], {}, {})
+    table, bars = arc_workloads.published_comparison({"resnet18d": mine}, comparable=False)
+    text = str(table)
+    assert "this machine, fp32" in text and "SMOKE SIZES" in text
+    titan = [b for b in bars if b[0] == "resnet18d: titan_rtx_amp"][0]
+    assert titan[1] == pytest.approx(1.0)
+    assert [b for b in bars if b[0] == "resnet18d: this machine"][0][1] == pytest.approx(2 / 21.94)
+    assert not any("style transfer: this machine" in b[0] for b in bars)
+    import matplotlib
+    matplotlib.use("Agg")
+    fig = arc_workloads.plot_published(bars, comparable=False)
+    assert len(fig.axes[0].patches) == len(bars)

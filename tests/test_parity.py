@@ -129,3 +129,20 @@ def test_probe_model_and_batch_shapes():
     assert kinds.count("Conv2d") == 2 and kinds.count("BatchNorm2d") == 2 and kinds[-1] == "Linear"
     x, y = parity.learnable_batch(6, (1, 4, 4), 3, torch.Generator().manual_seed(0))
     assert x.shape == (6, 1, 4, 4) and y.shape == (6,) and int(y.max()) < 3
+
+
+def test_check_takes_the_readers_model_and_plot_draws_every_tensor():
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    mlp = lambda: nn.Sequential(nn.Flatten(), nn.Linear(1 * 8 * 8, 16), nn.ReLU(), nn.Linear(16, 10))
+    own = parity.check("cpu", model_fn=mlp, steps=2, input_shape=(1, 8, 8))
+    assert own.ok and own.max_rel_diff == 0 and set(own.grad_diffs) == {"1.weight", "1.bias", "3.weight", "3.bias"}
+    broken = parity.check("cpu", model_fn=mlp, steps=2, input_shape=(1, 8, 8), fault=scale_grad(3, 1.5))
+    assert not broken.ok and broken.worst.startswith("3.weight")
+    fig = parity.plot({"honest": own, "broken": broken})
+    assert len(fig.axes[0].patches) == 8
+    plt.close(fig)
+    with pytest.raises(ValueError):
+        parity.plot({})

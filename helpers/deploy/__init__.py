@@ -15,7 +15,8 @@ engine really ran in (OpenVINO's CPU plugin picks bf16 by itself on CPUs with AV
 
 The package: ``engines`` (export and one runner per engine), ``served`` (the model, its input
 size, weights and fixed batch), ``rounds`` (the comparison in interleaved rounds, its verdict,
-table and rows); this module is the command line, and names the published systems the course
+table and rows), ``report`` (chapter 14's answers table, published-vs-yours table and figure, batch split and
+summary line); this module is the command line, and names the published systems the course
 cannot run. Engines are imported inside the functions that use them, so ``import helpers``
 stays light and a missing engine gives one message saying how to install it. By default the command
 compares every engine that imports here (``engines.available_engines``) and says in one line why any
@@ -31,12 +32,14 @@ from typing import Sequence
 
 from .. import measure, models, results, system
 from .engines import DEVICES, EXPORTERS, OPSET, PRECISIONS, DeployError, available_engines, parse_engines
+from .report import answers, answers_table, batch_split, published_vs_yours, ratio_bars, verdicts_line
 from .rounds import EngineResult, _targets, compare, results_table, to_rows, verdict
 from .served import BLOG_MODEL, ModelSpec, build_model, parse_size
 
 # What chapter 14 and the command use; the rest lives in the submodules.
-__all__ = ["NOT_RUNNABLE", "DeployError", "EngineResult", "ModelSpec", "available_engines", "build_model", "compare",
-           "main", "results_table", "to_rows", "verdict"]
+__all__ = ["NOT_RUNNABLE", "DeployError", "EngineResult", "ModelSpec", "answers", "answers_table", "available_engines",
+           "batch_split", "build_model", "compare", "main", "published_vs_yours", "ratio_bars", "results_table", "to_rows",
+           "verdict", "verdicts_line"]
 
 
 # Published systems this course does not run: why, and how to measure them there.
