@@ -140,10 +140,16 @@ class _Search:
                                      else f"({self.kept():.0f} s kept for the confirmation and the report)")})
             return None
         timeout = left if self.base_raw is None else min(left, max(2.5 * est, est + 20))
+        ask = self.diagnose and stage == "baseline"
         self.bar.set_postfix_str(label(levers))
         t0 = time.perf_counter()
-        raw = self.runner({**self.request, "levers": levers, "diagnose": self.diagnose and stage == "baseline"},
-                          timeout)
+        raw = self.runner({**self.request, "levers": levers, "diagnose": ask}, timeout / 2 if ask else timeout)
+        if ask and not raw.get("ok"):  # the diagnosis may be what overran: the baseline again without it
+            failed = raw.get("error", "")
+            t0 = time.perf_counter()
+            raw = self.runner({**self.request, "levers": levers, "diagnose": False}, self.left())
+            raw["diagnosis"] = {"error": f"no diagnosis: the baseline trial with it failed ({failed[:160]}), "
+                                         "so it ran again without; trials keep the plan's order"}
         wall = time.perf_counter() - t0 - float(raw.get("diagnosis_s") or 0.0)
         trial = make_trial(levers, raw, planned_steps=self.planned_steps, guard_steps=self.request["guard_steps"],
                            base_raw=self.base_raw, loss_tol=self.loss_tol, stage=stage, wall_s=wall)

@@ -407,3 +407,22 @@ def test_without_a_diagnosis_the_trials_keep_the_plan_order(model_file: Path, fa
     assert [t["label"] for t in report["trials"][1:3]] == ["opt:foreach", "opt:fused"]
     assert report["diagnosis"]["first_trial"] is None and report["diagnosis"]["error"]
     assert "Diagnosis: none" in tune_report.summary(report)
+
+
+def test_a_baseline_whose_diagnosis_overruns_runs_again_without_it(model_file: Path, fake_runner) -> None:
+    runner = fake_runner({"baseline": 10.0}, diagnosis={"compute": 0.7, "memory": 0.3})
+    plain = runner
+
+    def slow_diagnosis(request, timeout):
+        if request.get("diagnose"):
+            runner.calls.append((request["levers"], timeout))
+            return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed: the trial ran past its time limit)"}
+        return plain(request, timeout)
+
+    slow_diagnosis.calls = runner.calls
+    report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=60, progress=False,
+                       runner=slow_diagnosis)
+    first, second = runner.calls[:2]
+    assert first[0] == {} == second[0] and first[1] <= 30  # the diagnosing baseline gets half the budget at most
+    assert report["trials"][0]["ok"] and "ran again without" in report["diagnosis"]["error"]
+    assert len(report["trials"]) > 1  # the search went on
