@@ -276,7 +276,7 @@ def test_sbatch_script_runs_the_entry_point(tmp_path):
     (bin_dir / "scontrol").write_text("#!/bin/bash\necho localhost\n")
     (bin_dir / "srun").write_text(textwrap.dedent("""\
         #!/bin/bash
-        shift  # --kill-on-bad-exit=1
+        while [[ "$1" == --* ]]; do shift; done  # srun's own options
         pids=()
         for i in 0 1; do
           SLURM_PROCID=$i SLURM_LOCALID=$i SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 SLURM_NODEID=0 \\
