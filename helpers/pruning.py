@@ -16,19 +16,26 @@ Linear inputs).
 ``prune_round_to`` is the other route, Torch-Pruning alone: its ``MetaPruner`` ranks the filters
 by L1 norm and, with ``round_to=k``, keeps a multiple of k filters per layer (``kept_channels``
 says how many), the channel counts that vectorised convolution kernels handle best.
+
+``zeros_pct`` and ``timed_steps`` are chapter 06's timing harness: the share of zero weights a
+forward pass uses, and one round of one arm (a fresh model and optimizer, untimed warm-up steps,
+then timed training steps) for ``measure.interleaved``.
 """
 
 from __future__ import annotations
 
+import time
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Literal, Sequence
+from typing import Any, Callable, Literal, Sequence
 
 import torch
 from torch import nn
 
 from .models import count_parameters
+from .seeds import set_seed
+from .step import train_step
 
 
 class PruningError(ValueError):
@@ -285,3 +292,41 @@ def prune_round_to(model: nn.Module, sparsity: float, example_inputs: torch.Tens
     if ch_after != target:  # the contract above; a newer Torch-Pruning that rounds otherwise must not go unnoticed
         raise PruningError(f"Torch-Pruning kept {ch_after} filters, expected {target}")
     return PruneReport(sparsity, before, count_parameters(model), ch_before, ch_after)
+
+
+def zeros_pct(model: nn.Module, modules: Sequence[nn.Module], example_inputs: torch.Tensor) -> float:
+    """Share (%) of zeros in the ``weight`` of ``modules`` that the next forward pass uses: one forward pass on
+    ``example_inputs`` first, so that ``torch.nn.utils.prune``'s pre-hooks recompute ``weight_orig * weight_mask``."""
+    if not modules:
+        raise PruningError("zeros_pct needs at least one module with a weight")
+    with torch.no_grad():
+        model(example_inputs)
+    weights = [m.weight for m in modules]
+    return 100.0 * sum(int((w == 0).sum()) for w in weights) / sum(w.numel() for w in weights)
+
+
+def timed_steps(build: Callable[[], nn.Module], batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                make_optimizer: Callable[[Any], torch.optim.Optimizer], loss_fn: Callable, *, warmup: int = 2,
+                zeros_of: Callable[[nn.Module], float] | None = None, seed: int = 0,
+                **facts: Any) -> Callable[[], tuple[float, dict[str, Any]]]:
+    """One round of one arm for ``measure.interleaved``: ``build()`` a fresh model, a fresh optimizer, ``warmup``
+    untimed training steps on the first batches, then every other batch timed -> ``(seconds per step, facts)``.
+    ``zeros_of(model)``, when given, adds ``zeros_before`` and ``zeros_after`` (%) around the timed steps."""
+    if not 0 <= warmup < len(batches):
+        raise PruningError(f"{len(batches)} batches leave none to time after {warmup} warm-up steps")
+
+    def one_round() -> tuple[float, dict[str, Any]]:
+        set_seed(seed)
+        model = build()
+        optimizer = make_optimizer(model.parameters())
+        for inputs, targets in batches[:warmup]:
+            train_step(model, optimizer, loss_fn, inputs, targets)
+        extra = {"zeros_before": zeros_of(model)} if zeros_of else {}
+        start = time.perf_counter()
+        for inputs, targets in batches[warmup:]:
+            train_step(model, optimizer, loss_fn, inputs, targets)
+        took = (time.perf_counter() - start) / (len(batches) - warmup)
+        if zeros_of:
+            extra["zeros_after"] = zeros_of(model)
+        return took, {**facts, **extra}
+    return one_round

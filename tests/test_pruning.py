@@ -176,3 +176,39 @@ def test_check_sparsity_returns_the_fraction_as_a_float():
     for bad in (0, 1, 1.5, -0.1, "0.5", None, float("nan")):
         with pytest.raises(pruning.PruningError, match=r"between 0 and 1 \(exclusive\), e.g. 0.5 for 50%"):
             pruning.check_sparsity(bad)
+
+
+def _tiny_batches(n=3):
+    torch.manual_seed(0)
+    return [(torch.randn(4, 3, 32, 32), torch.randint(0, 10, (4,))) for _ in range(n)]
+
+
+def test_zeros_pct_sees_the_mask_and_its_removal():
+    from torch.nn.utils import prune
+    model = models.book_cnn("cifar10")
+    layers = [model.layer1[0], model.layer2[0], model.fc1, model.fc2]
+    assert pruning.zeros_pct(model, layers, torch.randn(1, 3, 32, 32)) < 1.0
+    for m in layers:
+        prune.l1_unstructured(m, name="weight", amount=0.5)
+    assert pruning.zeros_pct(model, layers, torch.randn(1, 3, 32, 32)) == pytest.approx(50.0, abs=0.1)
+    with pytest.raises(pruning.PruningError):
+        pruning.zeros_pct(model, [], torch.randn(1, 3, 32, 32))
+
+
+def test_timed_steps_builds_afresh_and_reports_facts():
+    built = []
+    def build():
+        built.append(models.book_cnn("cifar10"))
+        return built[-1]
+    make_opt = lambda params: torch.optim.Adam(params, lr=1e-3)
+    zeros = lambda m: pruning.zeros_pct(m, [m.fc2], torch.randn(1, 3, 32, 32))
+    one_round = pruning.timed_steps(build, _tiny_batches(), make_opt, torch.nn.CrossEntropyLoss(), warmup=2,
+                                    zeros_of=zeros, params=7)
+    took, facts = one_round()
+    one_round()
+    assert took > 0 and len(built) == 2 and built[0] is not built[1]
+    assert facts["params"] == 7 and set(facts) == {"params", "zeros_before", "zeros_after"}
+    took, facts = pruning.timed_steps(build, _tiny_batches(), make_opt, torch.nn.CrossEntropyLoss())()
+    assert facts == {}
+    with pytest.raises(pruning.PruningError):
+        pruning.timed_steps(build, _tiny_batches(2), make_opt, torch.nn.CrossEntropyLoss(), warmup=2)
