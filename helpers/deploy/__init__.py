@@ -32,7 +32,7 @@ from typing import Sequence
 
 from .. import measure, models, results, system
 from .engines import DEVICES, EXPORTERS, OPSET, PRECISIONS, DeployError, available_engines, parse_engines
-from .report import answers, answers_table, batch_split, published_vs_yours, ratio_bars, verdicts_line
+from .summary import answers, answers_table, batch_split, published_vs_yours, ratio_bars, verdicts_line
 from .rounds import EngineResult, _targets, compare, results_table, to_rows, verdict
 from .served import BLOG_MODEL, ModelSpec, build_model, parse_size
 

@@ -1,4 +1,4 @@
-"""helpers.deploy.report: chapter 14's answers table, batch split, published-vs-yours table, figure and summary
+"""helpers.deploy.summary: chapter 14's answers table, batch split, published-vs-yours table, figure and summary
 line, on hand-made engine results (no engine imported)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from helpers import published
-from helpers.deploy import report, rounds
+from helpers.deploy import rounds, summary as report
 
 
 def result(name, latencies, batch=4, diff=0.0, agree=1.0):
