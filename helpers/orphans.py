@@ -19,7 +19,6 @@ from typing import Sequence
 POLL_S = 0.25
 """How often a watcher checks that its parent is alive."""
 _PR_SET_PDEATHSIG = 1
-_ROOT = str(Path(__file__).resolve().parents[1])
 
 
 def die_with_parent(parent: int | None = None) -> bool:
@@ -49,9 +48,11 @@ def guard(command: Sequence[str], watch: bool | None = None) -> list[str]:
     # has several). Elsewhere, from another thread (the signal fires when the starting *thread*
     # ends) or with watch=True, the wrapper stays the command's parent and stops its tree once this
     # process is gone.
+    # mpirun is watched too: on SIGTERM it may leave its local ranks running (seen under load).
     if watch is None:
-        watch = not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread()
-    code = f"import sys; sys.path.insert(0, {_ROOT!r}); from helpers.orphans import _guard; _guard(sys.argv[1:])"
+        watch = (not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread()
+                 or Path(command[0]).name in ("mpirun", "mpiexec"))
+    code = "import sys; from helpers.orphans import _guard; _guard(sys.argv[1:])"
     return [sys.executable, "-c", code, str(os.getpid()), "watch" if watch else "exec", "--", *command]
 
 
