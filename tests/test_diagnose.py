@@ -142,10 +142,11 @@ def _rank(rank, folder):
 
 def test_a_large_all_reduce_beside_a_tiny_model_is_communication_bound(tmp_path):
     """The one slow test: two gloo ranks; the DDP step minus the same step under no_sync is exposed communication.
-    The ranks are forked (no second import of torch) and each runs one thread, so the parent's OpenMP pool is unused."""
+    The ranks are spawned, each with one thread: a fork fails once this process has run autograd's threads
+    ("Unable to handle autograd's threading in combination with fork-based multiprocessing")."""
     import multiprocessing
 
-    ranks = [multiprocessing.get_context("fork").Process(target=_rank, args=(r, tmp_path)) for r in (0, 1)]
+    ranks = [multiprocessing.get_context("spawn").Process(target=_rank, args=(r, tmp_path)) for r in (0, 1)]
     for rank in ranks:
         rank.start()
     for rank in ranks:
