@@ -46,7 +46,8 @@ OPTIONAL_FLAG = "RUN_OPTIONAL"
 _FLAG_WINDOW = 200  # characters at the top of a cell where the optional flag must appear
 _ABOUT = re.compile(r"about \d+ min of compute")
 _MEASURED = re.compile(r"\(\d+(?:\.\d+)? min measured for the committed run")
-_OPTIONAL_PART = re.compile(r"the optional parts took \d+(?:\.\d+)? min of it")
+_OPTIONAL_PART = re.compile(r"the optional parts (?:took \d+(?:\.\d+)? min of it|did not run in it \(COURSE_OPTIONAL=0\))")
+_OPTIONAL_OFF = "optional parts=off"  # what run_sizes.describe() prints when COURSE_OPTIONAL=0
 _READING = re.compile(r"about \d+ min reading")
 _RERUN_NOTE = re.compile(r"(\d+) round\(s\) re-run")
 _DISTURBED = re.compile(r"no round was disturbed|\d+ round\(s\) that other processes disturbed were measured again, "
@@ -64,6 +65,7 @@ class ChapterTime:
     timed_cells: int
     rerun_rounds: int = 0
     reading_min: int = 0
+    optional_ran: bool = True
 
     @property
     def disturbed(self) -> str:
@@ -154,9 +156,11 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     """
     total = optional = 0.0
     timed = reruns = 0
+    optional_ran = True
     for cell, _, in_optional_part in _walk(notebook):
         if cell.get("cell_type") != "code":
             continue
+        optional_ran &= not any(_OPTIONAL_OFF in _output_text(out) for out in cell.get("outputs", []))
         reruns += sum(int(n) for out in cell.get("outputs", []) for n in _RERUN_NOTE.findall(_output_text(out)))
         seconds = _seconds(cell)
         if seconds is None:
@@ -168,7 +172,7 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     if not timed:
         raise ValueError("no code cell has execution times: execute the notebook first "
                          "(make execute NB=...), then run this again")
-    return ChapterTime(total, optional, timed, reruns, math.ceil(reading_minutes(notebook) - 1e-9))
+    return ChapterTime(total, optional, timed, reruns, math.ceil(reading_minutes(notebook) - 1e-9), optional_ran)
 
 
 def rewrite_sentence(text: str, time: ChapterTime) -> str:
@@ -185,7 +189,9 @@ def rewrite_sentence(text: str, time: ChapterTime) -> str:
     text = _MEASURED.sub(f"({time.total_s / 60:.1f} min measured for the committed run", text)
     text = _DISTURBED.sub(time.disturbed, text)
     text = _READING.sub(f"about {time.reading_min} min reading", text)
-    return _OPTIONAL_PART.sub(f"the optional parts took {time.optional_s / 60:.1f} min of it", text)
+    optional = (f"the optional parts took {time.optional_s / 60:.1f} min of it" if time.optional_ran
+                else "the optional parts did not run in it (COURSE_OPTIONAL=0)")
+    return _OPTIONAL_PART.sub(optional, text)
 
 
 def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]:

@@ -208,3 +208,15 @@ def test_committed_teacher_guide_follows_the_chapters():
         assert ct.render_guide(text, minutes) == text, (
             f"rewrite {guide.name}: python -m helpers.chapter_time --readme notebooks/README.md --readme README.md "
             "notebooks/0[1-9]_*.ipynb notebooks/1?_*.ipynb")
+
+
+def test_a_run_with_the_optional_parts_off_says_so():
+    off = code(30)
+    off["outputs"] = [{"output_type": "stream", "name": "stdout", "text": "profile=workshop data=x optional parts=off\n"}]
+    t = ct.measure_notebook(notebook(off, md("## Extra (optional, 3 min)"), code(1)))
+    assert not t.optional_ran
+    with_optional = OPENING.replace("; no round", "; the optional parts took 1.0 min of it; no round")
+    out = ct.rewrite_sentence(with_optional, t)
+    assert "the optional parts did not run in it (COURSE_OPTIONAL=0)" in out and "took" not in out
+    assert ct.rewrite_sentence(out, ct.ChapterTime(60.0, 6.0, 2)).count("the optional parts took 0.1 min of it") == 1
+    assert ct.measure_notebook(notebook(code(30))).optional_ran
