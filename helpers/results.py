@@ -54,6 +54,7 @@ from typing import Any, Iterable, Sequence
 
 from . import privacy
 from .files import atomic_write_text
+from .verdict import hodges_lehmann
 
 
 SCHEMA_VERSION = 1
@@ -127,8 +128,9 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
               extra: dict[str, dict[str, Any]] | None = None) -> list[Row]:
     """Rows for one experiment: ``values`` maps each variant to its repeated measurements.
 
-    ``ratio`` is the median over rounds of the per-round ratio against ``baseline`` when both
-    have the same number of values (interleaved rounds, paired), else the ratio of the medians;
+    ``ratio`` is the Hodges-Lehmann estimate of the per-round ratios against ``baseline`` when both
+    have the same number of values (interleaved rounds, paired: the verdict's estimate), else the ratio of
+    the medians;
     ``published``
     maps variants to published values of the same metric, from which ``published_ratio``
     is computed against the published baseline when both exist.
@@ -147,7 +149,9 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
     for variant, vals in values.items():
         base_vals = values.get(baseline) if baseline else None
         if base_vals is not None and len(base_vals) == len(vals):
-            ratio = _median([_ratio(b, v, lower_is_better) or 0.0 for b, v in zip(base_vals, vals)])
+            per_round = [_ratio(b, v, lower_is_better) for b, v in zip(base_vals, vals)]
+            ratio = (hodges_lehmann(per_round) if all(r and r > 0 for r in per_round)
+                     else _median([r or 0.0 for r in per_round]))
         else:
             ratio = _ratio(medians.get(baseline), medians[variant], lower_is_better) if baseline else None
         p = pub.get(variant)

@@ -144,3 +144,25 @@ def test_round_commands_and_value():
     assert cmds["a"][0][cmds["a"][0].index("--train-size") + 1] == "64"
     assert ipex_support.variant("stock_cl_fused") == ipex_support.Variant(channels_last=True, fused=True)
     assert ipex_support.round_value({"value": 0.5, "metrics": {"loss": 1.0}}) == (0.5, {"loss": 1.0})
+
+
+def _fake_python(tmp_path, helpers_at):
+    """A stand-in for the IPEX environment's Python: answers the probe with fixed package versions."""
+    import json
+    import sys
+
+    answer = {"python": "3.11.7", "torch": "2.8.0+cpu", "torchvision": "0.23.0+cpu", "ipex": "2.8.0+cpu",
+              "helpers": "0.1.0", "helpers_at": helpers_at}
+    script = tmp_path / "python"
+    script.write_text(f"#!{sys.executable}\nprint({json.dumps(json.dumps(answer))})\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_environment_needs_this_clones_course_package(tmp_path):
+    here = str(ipex_support.Path(ipex_support.__file__).resolve().parent / "__init__.py")
+    assert ipex_support.environment(_fake_python(tmp_path, here))["ok"] is True
+    elsewhere = ipex_support.environment(_fake_python(tmp_path, "/elsewhere/helpers/__init__.py"))
+    assert elsewhere["ok"] is False and "not this clone's" in elsewhere["message"] and "make setup-ipex" in elsewhere["message"]
+    gone = ipex_support.environment(_fake_python(tmp_path, None))
+    assert gone["ok"] is False and "not importable" in gone["message"]
