@@ -229,7 +229,7 @@ def results_table(found: Sequence[EngineResult], baseline: str | None = None, ti
             cells: list[Any] = [1.0, "-", "baseline"]
         else:
             v = _verdict(base, r)
-            cells = [v.ratio, v.interval, v.word]
+            cells = [v.ratio, v.interval, measure.aa_word(v) if r.name.startswith(measure.AA_PREFIX) else v.label]
         table.add(r.name, r.precision, r.throughput, r.latency_ms, 1e3 * min(r.latencies), 1e3 * max(r.latencies),
                   *cells, r.export_s, r.load_s, statistics.median(r.warmup) if r.warmup else None,
                   r.max_abs_diff, 100 * r.top1_agreement)
