@@ -199,6 +199,7 @@ platforms: setup
 # Re-execute the notebooks in place at workshop size (how committed outputs are made); at the workshop
 # size each chapter's **Time:** sentence is then rewritten from the run (python -m helpers.course.notebooks time).
 execute: setup
+	@[ ! -x "$(IPEX_VENV)/bin/python" ] || $(SUBMAKE) --no-print-directory setup-ipex   # re-link the IPEX env to this clone
 	for nb in $${NB:-notebooks/*.ipynb}; do \
 		COURSE_PROFILE=$${PROFILE:-workshop} TQDM_DISABLE=1 "$(BIN)/jupyter" nbconvert --to notebook --execute --inplace \
 			--ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; \
@@ -207,6 +208,7 @@ execute: setup
 	done
 
 reproduce: setup
+	@[ ! -x "$(IPEX_VENV)/bin/python" ] || $(SUBMAKE) --no-print-directory setup-ipex   # re-link the IPEX env to this clone
 	"$(BIN)/python" -m helpers.course.reproduce --profile $${COURSE_PROFILE:-workshop} $${RESUME:+--resume $$RESUME} $${CHAPTERS:+--chapters $$CHAPTERS}
 
 # The dlprimitives training-step benchmark at the published settings (see chapter 12).

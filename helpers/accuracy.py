@@ -61,11 +61,13 @@ class AccuracyVerdict:
 
     @property
     def low(self) -> float:
-        return self.difference - self.margin
+        """The interval's lower bound, never below -100 points (a difference of accuracies cannot be)."""
+        return max(-100.0, self.difference - self.margin)
 
     @property
     def high(self) -> float:
-        return self.difference + self.margin
+        """The interval's upper bound, never above +100 points."""
+        return min(100.0, self.difference + self.margin)
 
     @property
     def decided(self) -> bool:

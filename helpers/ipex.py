@@ -18,6 +18,7 @@ import time
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
@@ -76,13 +77,14 @@ def ipex_python() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
-_PROBE = ("import importlib.metadata as m, json, sys\n"
+_PROBE = ("import importlib.metadata as m, importlib.util, json, sys\n"
           "def v(n):\n"
           "    try:\n        return m.version(n)\n"
           "    except m.PackageNotFoundError:\n        return None\n"
           "print(json.dumps({'python': sys.version.split()[0], 'torch': v('torch'), "
           "'torchvision': v('torchvision'), 'ipex': v('intel-extension-for-pytorch'), "
-          "'helpers': v('accelerate-course-helpers')}))")
+          "'helpers': v('accelerate-course-helpers'), "
+          "'helpers_at': getattr(importlib.util.find_spec('helpers'), 'origin', None)}))")
 
 
 def environment(python: str | None = None) -> dict[str, Any]:
@@ -103,6 +105,10 @@ def environment(python: str | None = None) -> dict[str, Any]:
               and found.get("helpers"))
     message = "ok" if ok else (f"the IPEX environment at {python} is incomplete (torch {found.get('torch')}, IPEX "
                                f"{found.get('ipex')}, course package {found.get('helpers')}): {SETUP_COMMAND}")
+    here = Path(__file__).resolve().parent
+    if ok and (not found.get("helpers_at") or Path(found["helpers_at"]).resolve().parent != here):
+        ok, message = False, (f"the IPEX environment's course package is {found.get('helpers_at') or 'not importable'}, "
+                              f"not this clone's {here}: {SETUP_COMMAND} (it re-links it in seconds)")
     return {"python": python, "ok": ok, "torch": found.get("torch"), "torchvision": found.get("torchvision"),
             "ipex": found.get("ipex"), "message": message}
 

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from . import run_sizes, system
 from .files import atomic_write_text
+from .verdict import hodges_lehmann
 
 
 SCHEMA_VERSION = 1
@@ -77,8 +78,8 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
               fingerprint: dict[str, Any] | None = None, profile: str | None = None, data: str | None = None,
               extra: dict[str, dict[str, Any]] | None = None) -> list[Row]:
     """Rows for one experiment, ``values``: each variant's repeated measurements; ``published``: published values
-    of the same metric per variant. ``ratio``: the median of paired per-round ratios against ``baseline``, else the
-    ratio of the medians."""
+    of the same metric per variant. ``ratio``: the verdict's Hodges-Lehmann estimate of the paired per-round ratios
+    against ``baseline``, else the ratio of the medians."""
     if not values:
         raise ValueError("make_rows needs at least one variant")
     if baseline is not None and baseline not in values:
@@ -93,7 +94,9 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
     for variant, vals in values.items():
         base_vals = values.get(baseline) if baseline else None
         if base_vals is not None and len(base_vals) == len(vals):
-            ratio = _median([_ratio(b, v, lower_is_better) or 0.0 for b, v in zip(base_vals, vals)])
+            per_round = [_ratio(b, v, lower_is_better) for b, v in zip(base_vals, vals)]
+            ratio = (hodges_lehmann(per_round) if all(r and r > 0 for r in per_round)
+                     else _median([r or 0.0 for r in per_round]))
         else:
             ratio = _ratio(medians.get(baseline), medians[variant], lower_is_better) if baseline else None
         p = pub.get(variant)

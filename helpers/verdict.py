@@ -50,6 +50,13 @@ def _walsh(logs: Sequence[float]) -> list[float]:
     return sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
 
 
+def hodges_lehmann(ratios: Sequence[float]) -> float:
+    """The Hodges-Lehmann estimate of paired positive ratios: exp of the median of the log ratios' Walsh averages."""
+    if not ratios or any(r <= 0 or math.isnan(r) for r in ratios):
+        raise ValueError("hodges_lehmann needs at least one positive ratio")
+    return math.exp(statistics.median(_walsh([math.log(r) for r in ratios])))
+
+
 @lru_cache(maxsize=None)
 def _low_quantile(n: int, confidence: float = 0.95, power: float = POWER) -> float:
     """The (1 - power) quantile of the interval's lower bound for unit-SD normal log-ratio noise (simulated)."""
@@ -168,7 +175,7 @@ def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: 
     ratios = [v / b if higher_is_better else b / v for b, v in pairs]
     n = len(ratios)
     walsh = _walsh([math.log(r) for r in ratios])
-    ratio = math.exp(statistics.median(walsh))
+    ratio = hodges_lehmann(ratios)
     c = _critical_rank(n, confidence)
     if c < 0:
         return Verdict(ratio, min(ratio, *ratios), max(ratio, *ratios), NO_DIFFERENCE, n, confidence,

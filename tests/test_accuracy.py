@@ -102,3 +102,11 @@ def test_above_chance():
         accuracy.above_chance([], 10, test_size=500)
     with pytest.raises(ValueError):
         accuracy.above_chance([50.0], 1, test_size=500)
+
+
+def test_the_interval_stays_inside_the_possible_range():
+    base = [[True] * 10 + [False] * 90, [True] * 90 + [False] * 10, [True] * 50 + [False] * 50]
+    var = [[True] * 95 + [False] * 5, [True] * 5 + [False] * 95, [True] * 60 + [False] * 40]
+    v = accuracy.compare(base, var)
+    assert v.margin > 100 and v.low == -100.0 and v.high == 100.0 and v.word == accuracy.NO_DIFFERENCE
+    assert "-100.0 to +100.0" in str(v)

@@ -157,3 +157,25 @@ def test_ipex_python_and_environment(monkeypatch, tmp_path):
     here = ipex.environment()  # this environment: torch, no IPEX (or IPEX's own, when run there)
     assert here["python"] == sys.executable and here["torch"]
     assert here["ok"] == bool(here["ipex"]) and (here["ok"] or ipex.SETUP_COMMAND in here["message"])
+
+
+def _fake_python(tmp_path, helpers_at):
+    """A stand-in for the IPEX environment's Python: answers the probe with fixed package versions."""
+    import json
+    import sys
+
+    answer = {"python": "3.11.7", "torch": "2.8.0+cpu", "torchvision": "0.23.0+cpu", "ipex": "2.8.0+cpu",
+              "helpers": "0.1.0", "helpers_at": helpers_at}
+    script = tmp_path / "python"
+    script.write_text(f"#!{sys.executable}\nprint({json.dumps(json.dumps(answer))})\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_environment_needs_this_clones_course_package(tmp_path):
+    here = str(ipex.Path(ipex.__file__).resolve().parent / "__init__.py")
+    assert ipex.environment(_fake_python(tmp_path, here))["ok"] is True
+    elsewhere = ipex.environment(_fake_python(tmp_path, "/elsewhere/helpers/__init__.py"))
+    assert elsewhere["ok"] is False and "not this clone's" in elsewhere["message"] and "make setup-ipex" in elsewhere["message"]
+    gone = ipex.environment(_fake_python(tmp_path, None))
+    assert gone["ok"] is False and "not importable" in gone["message"]

@@ -1,4 +1,5 @@
 import json
+import statistics
 
 import pytest
 
@@ -115,3 +116,15 @@ def test_results_dir_is_the_env_or_the_projects_results_folder(tmp_path, monkeyp
     assert results.results_dir() == results.CHECKOUT / "results"  # the checkout helpers comes from
     monkeypatch.setattr(results, "CHECKOUT", tmp_path / "site-packages")  # helpers installed without a checkout
     assert results.results_dir() == (tmp_path / "loose").resolve() / "results"
+
+
+def test_paired_rows_carry_the_verdicts_estimate():
+    from helpers.verdict import hodges_lehmann, verdict
+
+    base, var = [10.0, 12.0, 9.0, 11.0, 30.0, 10.5], [5.0, 7.0, 4.0, 6.0, 5.0, 5.5]
+    row = next(r for r in results.make_rows("01", "x", {"a": base, "b": var}, metric="t", unit="s", baseline="a")
+               if r.variant == "b")
+    assert row.ratio == pytest.approx(verdict(base, var).ratio) == pytest.approx(hodges_lehmann([b / v for b, v in zip(base, var)]))
+    assert row.ratio != pytest.approx(statistics.median(b / v for b, v in zip(base, var)))
+    with pytest.raises(ValueError):
+        hodges_lehmann([1.0, 0.0])

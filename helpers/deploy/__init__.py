@@ -260,7 +260,7 @@ def results_table(found: Sequence[EngineResult], baseline: str | None = None, ti
             cells: list[Any] = [1.0, "-", "baseline"]
         else:
             v = _verdict(base, r)
-            cells = [v.ratio, v.interval, v.word]
+            cells = [v.ratio, v.interval, measure.aa_word(v) if r.name.startswith(measure.AA_PREFIX) else v.label]
         m = r.metrics
         table.add(r.name, r.precision, r.throughput, r.latency_ms, 1e3 * min(r.samples), 1e3 * max(r.samples),
                   *cells, m["export_s"], m["load_s"], _first_call(r), m["max_abs_diff"], 100 * m["top1_agreement"])
