@@ -167,7 +167,7 @@ class Job:
         if grace < 0:
             raise ValueError(f"grace must be >= 0 seconds, got {grace}")
         deadline = self.started + timeout
-        failed_at = None
+        failed_at, first = None, None
         try:
             while [p.poll() for p in self.procs].count(None):
                 now = time.perf_counter()
@@ -177,7 +177,7 @@ class Job:
                     raise JobTimeout(f"the job did not finish within {timeout:.0f} s; all its processes were "
                                      "stopped", self.output)
                 if failed_at is None and any(p.returncode not in (None, 0) for p in self.procs):
-                    failed_at = now
+                    failed_at, first = now, next(p for p in self.procs if p.returncode not in (None, 0))
                 if failed_at is not None and now - failed_at > grace:
                     self.stop()
                     break
@@ -189,7 +189,7 @@ class Job:
             raise
         finally:
             self._join()
-        code = next((p.returncode for p in self.procs if p.returncode), 0)
+        code = first.returncode if first else next((p.returncode for p in self.procs if p.returncode), 0)  # who failed first
         return Finished(code, time.perf_counter() - self.started, self.output)
 
     def stop(self, schedule: Sequence[tuple[int | None, float]] = TERMINATE) -> None:

@@ -174,7 +174,7 @@ def test_importing_reproduce_loads_no_torch():
 
     from test_locks import ROOT
 
-    code = "import sys; from helpers import reproduce; print('torch' in sys.modules)"
+    code = "import sys; from helpers.course import reproduce; print('torch' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                           check=True).stdout.strip() == "False"
 
