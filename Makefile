@@ -18,7 +18,7 @@
 #
 # DEVICE=xpu (Intel GPUs; give it to every make command, e.g. `make lab DEVICE=xpu`): a separate
 # environment, venv-xpu-py3.X-<hash>, with torch and torchvision of the pinned versions from PyTorch's
-# XPU wheel index and every other pin except the CPU build of IPEX (helpers/install.py builds the
+# XPU wheel index and every other pin except the CPU build of IPEX (helpers/course/install.py builds the
 # commands). The default (DEVICE=cpu, or cuda: the same environment) installs the pins as written.
 
 SHELL := /bin/bash
@@ -45,7 +45,7 @@ CHECK_PYTHON = $(PYTHON) -c 'import sys; v = "%d.%d" % sys.version_info[:2]; sys
 # The environment's key: py3.X (the Python minor version: two clones on different Pythons never share an
 # environment) and a hash of the pins only (requires-python, dependencies, extras, as parsed TOML), never of
 # file dates, comments or layout: a second clone, or an edit elsewhere in pyproject.toml, reuses it.
-ENV_KEY := $(shell $(PYTHON) -m helpers.install env-key 2>/dev/null || echo needs-a-supported-python)
+ENV_KEY := $(shell $(PYTHON) -m helpers.course.install env-key 2>/dev/null || echo needs-a-supported-python)
 # What the editable install of helpers depends on besides the clone's folder: the package layout.
 # (Python's hashlib, not sha256sum: macOS has no sha256sum.)
 LAYOUT_HASH := $(shell sed -n '/^\[tool.setuptools/,/^\[tool.pytest/p' pyproject.toml | $(PYTHON) -c 'import hashlib, sys; print(hashlib.sha256(sys.stdin.buffer.read()).hexdigest()[:12])')
@@ -53,7 +53,7 @@ CACHE ?= $(HOME)/.cache/accelerate-course
 # The IPEX environment (torch 2.8.0 + IPEX 2.8.0, pins in pyproject's [tool.course.ipex-environment]), keyed
 # by its pins and the Python minor version (venv-ipex-py3.X-<hash>; IPEX 2.8.0 has wheels for 3.11-3.13);
 # chapter 04 finds its Python through COURSE_IPEX_PYTHON.
-IPEX_VENV ?= $(shell $(PYTHON) -m helpers.install ipex-venv --cache "$(CACHE)" 2>/dev/null || echo needs-a-supported-python)
+IPEX_VENV ?= $(shell $(PYTHON) -m helpers.course.install ipex-venv --cache "$(CACHE)" 2>/dev/null || echo needs-a-supported-python)
 export COURSE_IPEX_PYTHON := $(IPEX_VENV)/bin/python
 # make test builds the IPEX environment when CI=true or IPEX=1 (learners opt in with make setup-ipex).
 WANT_IPEX := $(if $(filter true 1,$(CI) $(IPEX)),yes,)
@@ -71,7 +71,7 @@ BIN := $(VENV)/bin
 .PHONY: _build-venv _build-ipex setup setup-ipex lab test unit unit-ipex student execute reproduce bench tune doctor submit pool platforms clean-venv
 
 # Two clones may run `make setup` at the same time into the one shared environment. The build runs
-# under a lock (filelock, on <venv>.lock; helpers.build_lock): the second waits, saying so,
+# under a lock (filelock, on <venv>.lock; python -m helpers.course.install lock): the second waits, saying so,
 # then finds .installed and reuses the environment; if the first build failed, it builds it itself.
 # The system python3 that runs this has no filelock (and a venv is not relocatable, so building in a
 # private folder and renaming it into place is no option: its scripts name their folder). So a Python
@@ -81,7 +81,7 @@ BIN := $(VENV)/bin
 # The kernel releases the lock of a killed build, so it never blocks the next one.
 $(VENV)/.installed:
 	@$(CHECK_PYTHON)
-	@$(PYTHON) -m helpers.build_lock --venv "$(VENV)" --cache "$(CACHE)" -- \
+	@$(PYTHON) -m helpers.course.install lock --venv "$(VENV)" --cache "$(CACHE)" -- \
 		$(SUBMAKE) --no-print-directory _build-venv PYTHON="$(PYTHON)" VENV="$(VENV)" DEVICE="$(DEVICE)" CACHE="$(CACHE)"
 
 # (make -n shows this line without running it: `make -n _build-venv` shows the build's steps.)
@@ -92,7 +92,7 @@ _build-venv:
 	$(PYTHON) -m venv "$(VENV)"
 	"$(BIN)/python" -m pip install --quiet --upgrade pip
 ifeq ($(DEVICE),xpu)
-	"$(BIN)/python" -m helpers.install setup --device xpu --project "$(CURDIR)"
+	"$(BIN)/python" -m helpers.course.install setup --device xpu --project "$(CURDIR)"
 else
 	"$(BIN)/python" -m pip install --quiet -e ".[test]" 2>&1 | { grep -v "^WARNING: Location" || true; }
 endif
@@ -110,17 +110,17 @@ setup: $(VENV)/.installed
 			&& echo "$(CURDIR) $(LAYOUT_HASH)" > "$(VENV)/.editable"; \
 	fi
 ifeq ($(DEVICE),xpu)
-	@"$(BIN)/python" -m helpers.install check --device xpu
+	@"$(BIN)/python" -m helpers.course.install check --device xpu
 else
 	@"$(BIN)/python" -m pip check
 endif
-	@$(PYTHON) -m helpers.install environments --cache "$(CACHE)" --keep "$(VENV)" "$(IPEX_VENV)" || true
+	@$(PYTHON) -m helpers.course.install environments --cache "$(CACHE)" --keep "$(VENV)" "$(IPEX_VENV)" || true
 
 # The IPEX environment: its own pins, the course package without dependencies (editable: it follows this
 # clone). Built under its lock like the default one (above).
 $(IPEX_VENV)/.installed:
 	@$(CHECK_PYTHON)
-	@$(PYTHON) -m helpers.build_lock --venv "$(IPEX_VENV)" --cache "$(CACHE)" -- \
+	@$(PYTHON) -m helpers.course.install lock --venv "$(IPEX_VENV)" --cache "$(CACHE)" -- \
 		$(SUBMAKE) --no-print-directory _build-ipex PYTHON="$(PYTHON)" IPEX_VENV="$(IPEX_VENV)" CACHE="$(CACHE)"
 
 _build-ipex:
@@ -128,7 +128,7 @@ _build-ipex:
 	rm -rf "$(IPEX_VENV)"
 	$(PYTHON) -m venv "$(IPEX_VENV)"
 	"$(IPEX_VENV)/bin/python" -m pip install --quiet --upgrade pip 2>&1 | { grep -v "^WARNING: Location" || true; }
-	"$(IPEX_VENV)/bin/python" -m helpers.install setup-ipex --project "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
+	"$(IPEX_VENV)/bin/python" -m helpers.course.install setup-ipex --project "$(CURDIR)" 2>&1 | { grep -v "^WARNING: Location" || true; }
 	touch "$(IPEX_VENV)/.installed"
 
 setup-ipex: $(IPEX_VENV)/.installed
@@ -168,8 +168,10 @@ TEST_SERIAL ?= 02 04 09 11 13
 TEST_CHAPTERS = $(wildcard notebooks/[0-9][0-9]_*.ipynb)
 TEST_SERIAL_NB = $(foreach n,$(TEST_SERIAL),$(filter notebooks/$(n)_%,$(TEST_CHAPTERS)))
 TEST_PARALLEL_NB = $(filter-out $(TEST_SERIAL_NB),$(TEST_CHAPTERS))
-# The unit tests of the helpers that chapter 04's IPEX children import, under the IPEX environment's torch 2.8.
-IPEX_UNIT := tests/test_ipex_support.py tests/test_models.py tests/test_step.py tests/test_seeds.py tests/test_children.py
+# The unit tests of the helpers that chapter 04's IPEX children import, under the IPEX environment's torch 2.8
+# (not the process-tree tests of the launchers, which import none of them).
+IPEX_UNIT := tests/test_ipex.py tests/test_models.py tests/test_step.py tests/test_seeds.py tests/test_processes.py
+IPEX_UNIT_SKIP := not torchrun and not mpirun and not parent and not two_rank
 test: setup student $(if $(WANT_IPEX),setup-ipex)
 	@echo "make test runs at COURSE_PROFILE=smoke COURSE_DATA=standin (forced; your COURSE_PROFILE is ignored here)"
 	@rm -rf "$(TEST_RESULTS)"
@@ -181,33 +183,33 @@ test: setup student $(if $(WANT_IPEX),setup-ipex)
 
 # Student copies: no outputs, solution cells emptied (git-ignored, regenerated every time).
 student: setup
-	"$(BIN)/python" -m helpers.student
+	"$(BIN)/python" -m helpers.course.notebooks student
 
 unit: setup
 	"$(BIN)/python" -m pytest tests -p no:cacheprovider
 
 unit-ipex: setup-ipex
-	cd /tmp && COURSE_PROFILE=smoke "$(IPEX_VENV)/bin/python" -m pytest -p no:cacheprovider -q --rootdir "$(CURDIR)" $(IPEX_UNIT:%="$(CURDIR)"/%)
+	cd /tmp && COURSE_PROFILE=smoke "$(IPEX_VENV)/bin/python" -m pytest -p no:cacheprovider -q --rootdir "$(CURDIR)" -k "$(IPEX_UNIT_SKIP)" $(IPEX_UNIT:%="$(CURDIR)"/%)
 
 # The pins resolve (wheels only) for Linux x86-64 and aarch64, macOS arm64 (14+) and Windows x86-64, each on
 # Python 3.11, 3.12 and 3.13, and the IPEX pins for Linux x86-64 on each (uv; needs the package index).
 platforms: setup
-	"$(BIN)/python" -m helpers.install platforms
+	"$(BIN)/python" -m helpers.course.install platforms
 
 # Re-execute the notebooks in place at workshop size (how committed outputs are made); at the workshop
-# size each chapter's **Time:** sentence is then rewritten from the run (helpers.chapter_time).
+# size each chapter's **Time:** sentence is then rewritten from the run (python -m helpers.course.notebooks time).
 execute: setup
 	@[ ! -x "$(IPEX_VENV)/bin/python" ] || $(SUBMAKE) --no-print-directory setup-ipex   # re-link the IPEX env to this clone
 	for nb in $${NB:-notebooks/*.ipynb}; do \
 		COURSE_PROFILE=$${PROFILE:-workshop} TQDM_DISABLE=1 "$(BIN)/jupyter" nbconvert --to notebook --execute --inplace \
 			--ExecutePreprocessor.timeout=3600 "$$nb" || exit 1; \
 		[ "$${PROFILE:-workshop}" != workshop ] || case "$$nb" in */00_*|*/student/*) ;; \
-			*) "$(BIN)/python" -m helpers.chapter_time "$$nb" || exit 1;; esac; \
+			*) "$(BIN)/python" -m helpers.course.notebooks time "$$nb" || exit 1;; esac; \
 	done
 
 reproduce: setup
 	@[ ! -x "$(IPEX_VENV)/bin/python" ] || $(SUBMAKE) --no-print-directory setup-ipex   # re-link the IPEX env to this clone
-	"$(BIN)/python" -m helpers.reproduce --profile $${COURSE_PROFILE:-workshop} $${RESUME:+--resume $$RESUME} $${CHAPTERS:+--chapters $$CHAPTERS}
+	"$(BIN)/python" -m helpers.course.reproduce --profile $${COURSE_PROFILE:-workshop} $${RESUME:+--resume $$RESUME} $${CHAPTERS:+--chapters $$CHAPTERS}
 
 # The dlprimitives training-step benchmark at the published settings (see chapter 12).
 # BENCH_ARGS adds to (and may override) the default --models resnet18, e.g. BENCH_ARGS="--dtype bf16".
@@ -217,15 +219,15 @@ bench: setup
 # The setup check needs no `make setup` first: it must also run when setup is what fails.
 doctor:
 	@test -x "$(BIN)/python" || { echo "No course environment in $(VENV) yet: run make setup (or make lab) first"; exit 1; }
-	"$(BIN)/python" -m helpers.doctor
+	"$(BIN)/python" -m helpers.course.doctor
 
 # Workshop kit: make submit [RUN=results/<run folder>], then the organiser runs make pool.
 submit: setup
-	"$(BIN)/python" -m helpers.submit $${RUN}
+	"$(BIN)/python" -m helpers.course.workshop submit $${RUN}
 
 pool: setup
 	@test -n "$(IN)" || { echo 'usage: make pool IN="submission-*.json results/<run> ..." [OUT=results/pooled]'; exit 2; }
-	"$(BIN)/python" -m helpers.pool $(IN) --out $${OUT:-results/pooled}
+	"$(BIN)/python" -m helpers.course.workshop pool $(IN) --out $${OUT:-results/pooled}
 
 # Tune your own model (chapter 13): make tune MODEL=path/to/model.py:build [BUDGET=300] [OUT=results/tune]
 # FUNC() returns (model, inputs, targets, loss_fn[, make_optimizer]); see notebooks/examples/README.md.
@@ -235,4 +237,4 @@ tune: setup
 
 # Every course environment in the cache (this clone's, older pins', the IPEX and XPU ones): about 8 GB each.
 clean-venv:
-	@$(PYTHON) -m helpers.install environments --cache "$(CACHE)" --remove
+	@$(PYTHON) -m helpers.course.install environments --cache "$(CACHE)" --remove

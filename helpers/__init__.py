@@ -1,9 +1,6 @@
-"""Shared, unit-tested helpers for the course notebooks.
-
-Each module has one job, and helpers/README.md is the map: every module in one line, in
-layers (imports only point down), with the chapters that use it. Import the module you need,
-e.g. ``from helpers import run_sizes, data, models, training, measure``. Importing this
-package is cheap: it loads no module until you ask for it.
+"""Shared, unit-tested helpers for the course notebooks. A chapter imports ``lab`` (``from helpers import lab``)
+and at most two topic modules; helpers/README.md is the map of the four areas. Importing this package is cheap:
+it loads no module until you ask for it.
 """
 
 __all__ = [

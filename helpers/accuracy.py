@@ -99,8 +99,7 @@ def _check(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]]
 
 
 def _paired_error(x: list[list[float]]) -> tuple[float, float]:
-    """Variance of the grand mean of a seeds x images table over new seeds and new images (two-way random
-    effects: seed + image - interaction mean squares) and its Satterthwaite degrees of freedom."""
+    """Variance of a seeds x images table's grand mean (two-way random effects) and its Satterthwaite df."""
     n, big_n = len(x), len(x[0])
     rows = [statistics.fmean(r) for r in x]
     cols = [statistics.fmean(r[i] for r in x) for i in range(big_n)]
@@ -118,9 +117,9 @@ def _paired_error(x: list[list[float]]) -> tuple[float, float]:
 
 def compare(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]], *,
             tolerance: float = TOLERANCE) -> AccuracyVerdict:
-    """Per seed (same seeds, same order), per-image correctness of both arms on the same images -> the
-    paired difference in expected accuracy on new images, with a 95% t interval (two-way random effects:
-    seeds and images, Satterthwaite degrees of freedom; see docs/measurement.md)."""
+    """The paired difference in expected accuracy on new images, its 95% t interval and the word.
+
+    ``baseline``, ``variant``: per seed (same seeds, same order), per-image correctness on the same images."""
     if tolerance < 0:
         raise ValueError("tolerance must be >= 0 points")
     n, _ = _check(baseline, variant)

@@ -1,79 +1,49 @@
-"""The Intel Arc blog's workloads, rebuilt without downloads, so a reader can time them.
+"""Chapter 12: the Intel Arc blog's workloads rebuilt without downloads, and the numerics parity probe.
 
-The blog (C. Mills, *Testing Intel's Arc A770 GPU for Deep Learning*, parts 1-4) timed
-three trainings and one generation on an Arc A770 and a Titan RTX. Their datasets and
-pretrained weights cannot be fetched here, but their *compute* can be rebuilt exactly:
-
-* image classification: timm ``resnet18d`` (19 classes), batch 32, 288x288, AdamW
-  (lr 1e-3, eps 1e-5), mixed precision; an epoch of the blog's HaGRID split is 4,324
-  training steps (``HAGRID``);
-* Stable Diffusion 2.1: the UNet (865,910,724 parameters) built from its published
-  configuration (``SD21_UNET_CONFIG``) with random weights, one denoising step at 512x512
-  with classifier-free guidance (batch 2, 77 text tokens of width 1024);
-* style transfer: the fast-neural-style ``TransformerNet`` (reflection padding, as in
-  the original; the blog swapped it for zero padding on Arc) trained against VGG16
-  features, batch 4 at 256x256.
-
-Each ``*_step`` function builds a fresh seeded model and returns a zero-argument callable
-that performs one step; time it with ``helpers.measure.time_fn``, and compare variants in
-``helpers.measure.interleaved`` rounds that call the ``*_step`` function anew every round.
-Random weights change nothing about the time of a step; they do make the outputs
-meaningless, which is why nothing here reports accuracy.
+Each ``*_step`` builds a fresh seeded model (random weights: the time of a step, never accuracy) and returns one
+step to time. ``parity_check`` asks whether a device trains the same numbers as the CPU (docs/hardware.md).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import contextlib
+import copy
+import math
+import time
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
+from . import devices
 from .seeds import set_seed
 from .step import train_step
 
-# stabilityai/stable-diffusion-2-1, unet/config.json (the 768x768 "v" model; the 512 base
-# model has the same architecture). Building it needs diffusers, no download.
+# stabilityai/stable-diffusion-2-1, unet/config.json (the 512 base model has the same architecture)
 SD21_UNET_CONFIG: dict[str, Any] = {
-    "act_fn": "silu",
-    "attention_head_dim": [5, 10, 20, 20],
-    "block_out_channels": [320, 640, 1280, 1280],
-    "center_input_sample": False,
-    "cross_attention_dim": 1024,
+    "act_fn": "silu", "attention_head_dim": [5, 10, 20, 20], "block_out_channels": [320, 640, 1280, 1280],
+    "center_input_sample": False, "cross_attention_dim": 1024,
     "down_block_types": ["CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "CrossAttnDownBlock2D", "DownBlock2D"],
-    "downsample_padding": 1,
-    "dual_cross_attention": False,
-    "flip_sin_to_cos": True,
-    "freq_shift": 0,
-    "in_channels": 4,
-    "layers_per_block": 2,
-    "mid_block_scale_factor": 1,
-    "norm_eps": 1e-05,
-    "norm_num_groups": 32,
-    "num_class_embeds": None,
-    "only_cross_attention": False,
-    "out_channels": 4,
-    "sample_size": 96,
+    "downsample_padding": 1, "dual_cross_attention": False, "flip_sin_to_cos": True, "freq_shift": 0,
+    "in_channels": 4, "layers_per_block": 2, "mid_block_scale_factor": 1, "norm_eps": 1e-05, "norm_num_groups": 32,
+    "num_class_embeds": None, "only_cross_attention": False, "out_channels": 4, "sample_size": 96,
     "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D", "CrossAttnUpBlock2D"],
-    "upcast_attention": True,
-    "use_linear_projection": True,
+    "upcast_attention": True, "use_linear_projection": True,
 }
 SD21_UNET_PARAMETERS = 865_910_724
 
 # A miniature of the same architecture for smoke runs (seconds instead of minutes).
 TINY_UNET_OVERRIDES: dict[str, Any] = {"block_out_channels": [32, 64, 64, 64], "attention_head_dim": [2, 4, 4, 4],
                                        "cross_attention_dim": 64, "layers_per_block": 1, "norm_num_groups": 16}
-# SD 2.1's blocks, layers and text width (1024) at 30% of its channel widths (83,397,412 parameters; heads of 32 channels instead of 64), so that a
-# fresh instance per round builds in about a second and a step at 256x256 costs ~38 GFLOP
-# instead of SD 2.1's ~1,600 GFLOP at 512x512 (torch.utils.flop_counter).
+# SD 2.1 at 30% of its channel widths (83,397,412 parameters): builds in about a second, ~38 GFLOP a step at 256x256
 NARROW_UNET_OVERRIDES: dict[str, Any] = {"block_out_channels": [96, 192, 384, 384], "attention_head_dim": [3, 6, 12, 12]}
 UNET_SIZES: dict[str, dict[str, Any]] = {"full": {}, "narrow": NARROW_UNET_OVERRIDES, "tiny": TINY_UNET_OVERRIDES}
-NARROW_UNET_PARAMETERS = 83_397_412
 
 
 @dataclass(frozen=True)
 class BlogTraining:
-    """The blog's image-classification run: what one epoch and the whole run contain."""
+    """The blog's image-classification run (HaGRID): what one epoch and the whole run contain."""
 
     train_steps_per_epoch: int = 4_324
     eval_steps_per_epoch: int = 481
@@ -83,8 +53,7 @@ class BlogTraining:
     classes: int = 19
 
     def estimated_total_s(self, step_s: float, eval_step_s: float = 0.0) -> float:
-        """Seconds for the blog's whole run at ``step_s`` per training step (an estimate:
-        data loading, evaluation unless given, and checkpointing are not included)."""
+        """Seconds for the blog's whole run at ``step_s`` per training step (no data loading or checkpoints)."""
         if step_s <= 0 or eval_step_s < 0:
             raise ValueError("step times must be positive")
         return self.epochs * (self.train_steps_per_epoch * step_s + self.eval_steps_per_epoch * eval_step_s)
@@ -93,24 +62,12 @@ class BlogTraining:
 HAGRID = BlogTraining()
 
 
-class BlogModelError(RuntimeError):
-    """A blog model that cannot be built here (its library is missing)."""
-
-
 def sd21_unet(size: str = "full", device: torch.device | str | None = None, seed: int = 0) -> nn.Module:
-    """The Stable Diffusion 2.1 UNet from its configuration, random weights drawn from ``seed``.
-
-    ``size``: ``"full"`` (SD 2.1 as published, 865,910,724 parameters), ``"narrow"`` (the same
-    layout at 30% of the widths, for workshop-sized comparisons) or ``"tiny"`` (a miniature for
-    smoke runs). ``device="meta"`` builds it without memory (to count parameters in a second).
-    """
+    """The Stable Diffusion 2.1 UNet from its configuration, random weights from ``seed``; ``size``: "full" (as
+    published), "narrow" (30% of the widths) or "tiny" (smoke runs); ``device="meta"``: without memory."""
     if size not in UNET_SIZES:
         raise ValueError(f"size must be one of {', '.join(UNET_SIZES)}, not {size!r}")
-    try:
-        from diffusers import UNet2DConditionModel
-    except ImportError as exc:  # pragma: no cover - diffusers is pinned
-        raise BlogModelError("The SD 2.1 UNet needs diffusers: run `make setup` (it is one of the course's pins).") \
-            from exc
+    from diffusers import UNet2DConditionModel
     config = dict(SD21_UNET_CONFIG, **UNET_SIZES[size])
     if device is None:
         set_seed(seed)
@@ -122,11 +79,8 @@ def sd21_unet(size: str = "full", device: torch.device | str | None = None, seed
 
 def unet_step(unet: nn.Module, *, device: torch.device | str, image_size: int = 512, batch: int = 2,
               text_tokens: int = 77, autocast_dtype: torch.dtype | None = None, seed: int = 0) -> Callable[[], None]:
-    """One denoising step of ``unet`` (inference, no gradients) at ``image_size`` pixels.
-
-    The latent is ``image_size / 8`` on a side with 4 channels; ``batch`` 2 is one image
-    with classifier-free guidance (conditioned + unconditioned), as the blog's pipeline ran.
-    """
+    """One denoising step of ``unet`` (no gradients) at ``image_size`` pixels; ``batch`` 2 is one image with
+    classifier-free guidance, as the blog's pipeline ran."""
     if image_size % 8:
         raise ValueError("image_size must be a multiple of 8 (the VAE's downsampling factor)")
     device = torch.device(device)
@@ -149,16 +103,9 @@ def classification_step(*, device: torch.device | str, batch: int = HAGRID.batch
                         num_classes: int = HAGRID.classes, autocast_dtype: torch.dtype | None = None,
                         channels_last: bool = False, model_name: str = "resnet18d",
                         seed: int = 0) -> Callable[[], float]:
-    """One training step of the blog's classifier (timm ``resnet18d``, AdamW lr 1e-3 eps 1e-5).
-
-    A fixed random batch lives on the device (the blog's loader kept the GPU fed, so data
-    loading is not part of its step time). The callable returns the step's loss.
-    """
-    try:
-        import timm
-    except ImportError as exc:  # pragma: no cover - timm is pinned
-        raise BlogModelError("The blog's classifier needs timm: run `make setup` (it is one of the course's pins).") \
-            from exc
+    """One training step of the blog's classifier (timm ``resnet18d``, AdamW lr 1e-3 eps 1e-5) on a fixed batch
+    on the device; the callable returns the loss."""
+    import timm
     device = torch.device(device)
     set_seed(seed)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
@@ -202,11 +149,8 @@ class _Upsample(nn.Module):
 
 
 def transformer_net(padding: str = "reflect") -> nn.Module:
-    """The fast-neural-style image transformation network (3 downsampling convolutions,
-    5 residual blocks, 2 upsampling convolutions, instance norm), 1,679,235 parameters.
-
-    ``padding="zero"`` is the blog's Arc workaround (reflection padding had no bf16 kernel there).
-    """
+    """The fast-neural-style transformation network (1,679,235 parameters); ``padding="zero"`` is the blog's Arc
+    workaround (reflection padding had no bf16 kernel there)."""
     if padding not in ("reflect", "zero"):
         raise ValueError("padding must be 'reflect' or 'zero'")
     norm = lambda c: nn.InstanceNorm2d(c, affine=True)  # noqa: E731
@@ -222,8 +166,7 @@ def transformer_net(padding: str = "reflect") -> nn.Module:
 
 
 def vgg16_features() -> nn.Sequential:
-    """torchvision's VGG16 ``features[:23]`` (up to relu4_3), built without the 124-million-parameter
-    classifier that fast neural style never uses (same layers, same indices)."""
+    """torchvision's VGG16 ``features[:23]`` (up to relu4_3), without the classifier style transfer never uses."""
     layers: list[nn.Module] = []
     cin = 3
     for v in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512):
@@ -238,8 +181,7 @@ def vgg16_features() -> nn.Sequential:
 def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int = 256,
                         autocast_dtype: torch.dtype | None = None, padding: str = "reflect",
                         seed: int = 0) -> Callable[[], float]:
-    """One training step of fast neural style: transform, then content + style (Gram) losses on
-    the frozen VGG16 features up to relu4_3 (random weights here), Adam lr 1e-3."""
+    """One training step of fast neural style: content + style (Gram) losses on frozen VGG16 features, Adam."""
     device = torch.device(device)
     set_seed(seed)
     net = transformer_net(padding).to(device).train()
@@ -281,9 +223,7 @@ def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int
     return step
 
 
-# Chapter 12's sizes per profile (``run_sizes.pick(**COMPARISON_SIZES)``). The comparisons of its section 5
-# rebuild every variant every round, so they run below the blog's sizes at the workshop profile; the full
-# profile uses the blog's. BLOG_SIZES: one instance per workload at the blog's own sizes (its section 5.3).
+# Chapter 12's sizes per profile (``run_sizes.pick(**COMPARISON_SIZES)``); BLOG_SIZES: the blog's own (its 5.3)
 COMPARISON_SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(cls_batch=2, cls_size=32, unet="tiny", unet_image=32, style_batch=1, style_size=32, steps=1, warmup=0),
     "workshop": dict(cls_batch=8, cls_size=160, unet="narrow", unet_image=256, style_batch=2, style_size=128, steps=2,
@@ -302,9 +242,8 @@ BLOG_SIZES: dict[str, dict[str, Any]] = {
 
 def step_builders(sizes: dict[str, Any], device: torch.device | str
                   ) -> tuple[Callable[..., Callable], Callable[..., Callable], Callable[..., Callable]]:
-    """The three step builders (classification, UNet, style transfer) at ``sizes`` (a dict of
-    ``COMPARISON_SIZES``) on ``device``; each takes the options of its ``*_step`` function
-    (``autocast_dtype=``, ``channels_last=``, ``padding=``) and builds a fresh seeded instance."""
+    """The classification, UNet and style-transfer step builders at ``sizes`` (``COMPARISON_SIZES``) on ``device``;
+    each takes its ``*_step`` function's options and builds a fresh seeded instance."""
     def cls(**options: Any) -> Callable:
         return classification_step(device=device, batch=sizes["cls_batch"], size=sizes["cls_size"], **options)
 
@@ -319,8 +258,7 @@ def step_builders(sizes: dict[str, Any], device: torch.device | str
 
 def variant(build: Callable[..., Callable], *, device: torch.device | str, steps: int, warmup: int,
             **options: Any) -> Callable[[], Any]:
-    """A variant for ``measure.interleaved``: ``build(**options)`` afresh at every call (seeded), ``warmup``
-    untimed steps, then the median of ``steps`` timed steps (``measure.time_fn``)."""
+    """A variant for ``measure.interleaved``: ``build(**options)`` afresh per call, the median of ``steps`` timed steps."""
     from . import measure
 
     return lambda: measure.time_fn(build(**options), repeats=steps, warmup=warmup, device=device)
@@ -335,11 +273,8 @@ PUBLISHED_SETUPS = (("resnet18d", "resnet18d_hagrid_train_step", ["titan_rtx_amp
 
 def published_comparison(runs: dict[str, Any], comparable: bool = True, rows: list | None = None
                          ) -> tuple[Any, list[tuple[str, float | None, str]]]:
-    """Chapter 12's published-vs-yours table: every published setup and every measured run (``runs``: workload
-    name -> ``measure.Result`` named "..., precision") against the published Titan RTX. ``vs Titan RTX`` is
-    steps per second over the Titan's, or for style transfer (published as whole runs only) the Titan's run time
-    over the run's; the resnet18d rows turn a rate into an estimate of the blog's whole run (``HAGRID``).
-    Returns the table and the bars of :func:`plot_published` (label, ratio, colour)."""
+    """Chapter 12's published-vs-yours table against the published Titan RTX (``runs``: workload -> Result named
+    "..., precision"; style transfer compares whole-run times), and the bars of ``plot_published``."""
     from . import published
     from .tables import Table
 
@@ -381,3 +316,207 @@ def plot_published(bars: list[tuple[str, float | None, str]], comparable: bool =
     ax.set(xscale="log", xlim=(None, 2), xlabel="speed relative to the published Titan RTX (log scale)",
            title="Published (grey) vs this machine (blue)" + ("" if comparable else ": SMOKE SIZES, not comparable"))
     return fig
+
+
+# ----- the numerics parity probe (docs/hardware.md says how the tolerances were measured) -----------------------
+
+PARITY_TOLERANCES: dict[torch.dtype | None, float] = {None: 1e-3, torch.bfloat16: 1.5e-1, torch.float16: 5e-2}
+_FLOOR = 1e-3  # a tensor's denominator is at least this fraction of the largest tensor's norm
+
+_DTYPE_NAMES = {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
+
+
+@dataclass
+class ParityResult:
+    """What the two runs computed (losses from the CPU's weights) and, per tensor, the largest relative difference
+    of gradients and updates over the steps; ``max_rel_diff`` is the largest of all (inf for NaN or inf)."""
+
+    device: str
+    max_rel_diff: float
+    cpu_losses: list[float]
+    device_losses: list[float]
+    ok: bool
+    tolerance: float
+    dtype: str = "fp32"
+    seconds: float = 0.0
+    settings: dict[str, object] = field(default_factory=dict)
+    grad_diffs: dict[str, float] = field(default_factory=dict)
+    update_diffs: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def worst(self) -> str:
+        """Which tensor differs most, and in what ('' when nothing was compared)."""
+        cands = [(v, f"{k} gradient") for k, v in self.grad_diffs.items()]
+        cands += [(v, f"{k} update") for k, v in self.update_diffs.items()]
+        if not cands:
+            return ""
+        return max(cands, key=lambda c: math.inf if not math.isfinite(c[0]) else c[0])[1]
+
+    def summary(self) -> str:
+        """One line: device, verdict, the largest difference against the tolerance, where, the losses."""
+        verdict = "agrees with the CPU" if self.ok else "DISAGREES with the CPU"
+        diff = "NaN/inf" if not math.isfinite(self.max_rel_diff) else f"{self.max_rel_diff:.1e}"
+        where = f" ({self.worst})" if self.worst else ""
+        losses = ""
+        if self.cpu_losses and self.device_losses:
+            losses = (f"; loss over {len(self.cpu_losses)} steps (each from the CPU's weights): CPU "
+                      f"{self.cpu_losses[0]:.2f} -> {self.cpu_losses[-1]:.2f}, device {self.device_losses[0]:.2f} -> "
+                      f"{self.device_losses[-1]:.2f}")
+        return (f"{self.device} ({self.dtype}) {verdict}: largest relative difference of gradients and updates "
+                f"{diff}{where}, tolerance {self.tolerance:.2g}{losses}")
+
+
+def probe_model(in_channels: int = 3, num_classes: int = 10) -> nn.Module:
+    """The probe model: the kernels a vision training step leans on (convolution, batch norm, pooling, linear)."""
+    return nn.Sequential(
+        nn.Conv2d(in_channels, 16, 3, padding=1, bias=False), nn.BatchNorm2d(16), nn.ReLU(), nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1, bias=False), nn.BatchNorm2d(32), nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes),
+    )
+
+
+def learnable_batch(batch: int, input_shape: tuple[int, ...], num_classes: int,
+                    generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """One batch a model learns in a few steps: each class's random pattern and colour, plus unit noise."""
+    labels = torch.randint(num_classes, (batch,), generator=generator)
+    patterns = torch.randn(num_classes, *input_shape, generator=generator)
+    colours = 2.0 * torch.randn(num_classes, input_shape[0], *([1] * (len(input_shape) - 1)), generator=generator)
+    return (patterns + colours)[labels] + torch.randn(batch, *input_shape, generator=generator), labels
+
+
+def relative_differences(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor],
+                         floor: float = _FLOOR) -> dict[str, float]:
+    """Per tensor ``||other - reference|| / max(||reference||, floor * largest ||reference||)``; inf if not finite."""
+    if reference.keys() != other.keys():
+        raise ValueError(f"different tensors: {sorted(reference)} and {sorted(other)}")
+    norms = {k: float(v.double().norm()) for k, v in reference.items()}
+    smallest = floor * max(norms.values(), default=0.0)
+    out = {}
+    for k, ref in reference.items():
+        o = other[k].double()
+        if o.shape != ref.shape:
+            raise ValueError(f"{k}: shapes {tuple(ref.shape)} and {tuple(o.shape)}")
+        if not bool(torch.isfinite(o).all()):
+            out[k] = math.inf
+        else:
+            out[k] = float((o - ref.double()).norm()) / max(norms[k], smallest, 1e-30)
+    return out
+
+
+def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: torch.zeros(p.shape) if p.grad is None else p.grad.detach().float().cpu().clone()
+            for k, p in model.named_parameters()}
+
+
+def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: p.detach().float().cpu().clone() for k, p in model.named_parameters()}
+
+
+def _parity_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+                 device: torch.device, dtype: torch.dtype | None) -> tuple[float, dict[str, torch.Tensor]]:
+    loss_fn = nn.CrossEntropyLoss()
+    grads: dict[str, torch.Tensor] = {}
+
+    def mark(phase: str) -> None:
+        if phase == "backward":
+            grads.update(_grads(model))
+
+    loss = train_step(model, opt, lambda out, target: loss_fn(out.float(), target), x, y, autocast_dtype=dtype,
+                      device_type=device.type, mark=mark)
+    return float(loss.detach().cpu()), grads
+
+
+def _compare(reference: nn.Module, twin: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, device: torch.device,
+             steps: int, lr: float, dtype: torch.dtype | None, fault: Callable[[nn.Module], object] | None
+             ) -> tuple[list[float], list[float], dict[str, float], dict[str, float]]:
+    """``reference`` trains on the CPU; before each step ``twin`` takes its weights and optimizer state and makes the
+    same step on ``device``: both losses, per tensor the largest difference of gradients and of updates."""
+    cpu = torch.device("cpu")
+    reference = reference.train()
+    twin = twin.to(device).train()
+    if fault is not None:
+        fault(twin)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=lr, momentum=0.9)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=lr, momentum=0.9)
+    x, y = inputs.to(device), labels.to(device)
+    cpu_losses, dev_losses = [], []
+    grad_diffs: dict[str, float] = {}
+    update_diffs: dict[str, float] = {}
+    for _ in range(steps):
+        twin.load_state_dict(reference.state_dict())
+        twin_opt.load_state_dict(copy.deepcopy(ref_opt.state_dict()))   # a copy: the CPU's buffers stay its own
+        before = _weights(reference)
+        loss, ref_grads = _parity_step(reference, ref_opt, inputs, labels, cpu, None)
+        cpu_losses.append(loss)
+        loss, twin_grads = _parity_step(twin, twin_opt, x, y, device, dtype)
+        dev_losses.append(loss)
+        ref_update = {k: w - before[k] for k, w in _weights(reference).items()}
+        twin_update = {k: w - before[k] for k, w in _weights(twin).items()}
+        for into, new in ((grad_diffs, relative_differences(ref_grads, twin_grads)),
+                          (update_diffs, relative_differences(ref_update, twin_update))):
+            for k, v in new.items():
+                into[k] = max(into.get(k, 0.0), v)
+    return cpu_losses, dev_losses, grad_diffs, update_diffs
+
+
+def parity_check(device: torch.device | str, model_fn: Callable[[], nn.Module] | None = None, steps: int = 5,
+                 seed: int = 0, *, batch: int = 16, input_shape: tuple[int, int, int] = (3, 16, 16),
+                 num_classes: int = 10, lr: float = 0.1, dtype: torch.dtype | str | None = None,
+                 tolerance: float | None = None, fault: Callable[[nn.Module], object] | None = None) -> ParityResult:
+    """``steps`` SGD steps on the CPU (fp32), each made again on ``device`` from the same state: the difference.
+    ``model_fn()``: a model without dropout (default ``probe_model``); ``dtype``: the device's autocast dtype;
+    ``fault(model)``: breaks the device run on purpose (a gradient hook). The caller's RNG state is kept."""
+    from .precision import parse_dtype, tf32, tf32_defaults
+
+    if steps < 1 or batch < 1:
+        raise ValueError("steps >= 1 and batch >= 1 are required")
+    try:
+        dev = devices.get_device(str(device))
+    except devices.DeviceError as exc:
+        raise ValueError(str(exc)) from None
+    autocast = parse_dtype(dtype)
+    tol = PARITY_TOLERANCES.get(autocast, PARITY_TOLERANCES[torch.bfloat16]) if tolerance is None else float(tolerance)
+    start = time.perf_counter()
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        reference = (model_fn or (lambda: probe_model(input_shape[0], num_classes)))()
+        twin = copy.deepcopy(reference)
+        inputs, labels = learnable_batch(batch, input_shape, num_classes, torch.Generator().manual_seed(seed))
+        # IEEE fp32 on CUDA: TF32 is a chosen rounding, not a fault
+        with tf32(False) if dev.type == "cuda" else contextlib.nullcontext():
+            cpu_losses, dev_losses, grad_diffs, update_diffs = _compare(reference, twin, inputs, labels, dev, steps,
+                                                                        lr, autocast, fault)
+        devices.synchronize(dev)
+    diff = max([*grad_diffs.values(), *update_diffs.values()], default=0.0)
+    if not all(math.isfinite(v) for v in dev_losses):
+        diff = math.inf
+    settings: dict[str, object] = {"steps": steps, "seed": seed, "batch": batch, "input_shape": list(input_shape),
+                                   "lr": lr, "optimizer": "SGD momentum 0.9", "fault injected": fault is not None}
+    if dev.type == "cuda":
+        settings["tf32 outside the probe"] = tf32_defaults()
+    return ParityResult(device=devices.describe(dev), max_rel_diff=diff, cpu_losses=cpu_losses,
+                        device_losses=dev_losses, ok=diff <= tol, tolerance=tol,
+                        dtype=_DTYPE_NAMES.get(autocast, str(autocast)), seconds=time.perf_counter() - start,
+                        settings=settings, grad_diffs=grad_diffs, update_diffs=update_diffs)
+
+
+def parity_plot(runs: dict[str, ParityResult], ax: Any = None) -> Any:
+    """Bars of each tensor's largest relative difference per run (label -> result), the first run's tolerance dashed."""
+    import matplotlib.pyplot as plt
+
+    if not runs:
+        raise ValueError("plot needs at least one parity result")
+    first = next(iter(runs.values()))
+    names = list(first.grad_diffs)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(8, 3))
+    width = 0.8 / len(runs)
+    for k, (label, res) in enumerate(runs.items()):
+        ax.bar([i + width * k for i in range(len(names))],
+               [max(res.grad_diffs.get(n, 0.0), res.update_diffs.get(n, 0.0), 1e-9) for n in names], width, label=label)
+    ax.axhline(first.tolerance, ls="--", color="black", label=f"tolerance ({first.dtype})")
+    ax.set_xticks([i + width * (len(runs) - 1) / 2 for i in range(len(names))], names, fontsize=8)
+    ax.set(yscale="log", ylabel="gradient or update:\nrelative difference",
+           title=f"parity: {first.device} ({first.dtype}) vs CPU fp32")
+    ax.legend()
+    return ax.figure

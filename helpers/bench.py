@@ -1,32 +1,8 @@
-"""Training-step benchmark with the dlprimitives blog's method: ``python -m helpers.bench``.
+"""Training-step benchmark with the dlprimitives blog's method (chapter 12): ``python -m helpers.bench``.
 
-The published table (A. Beilis, "Pytorch Training Benchmarks", 2021-10-26) times, per
-torchvision model in train mode at batch 16 and 224x224, fp32: zero_grad, the host-to-device
-copy of one fixed random batch made on the CPU, forward + LogSoftmax + NLLLoss, backward and
-an Adam step; 5 warm-up steps, then the mean of 20 timed steps. This module does the same on
-cpu, cuda, xpu or mps, and adds what the blog did not report: median and spread, per-phase
-times, achieved FLOP/s against the matmul peak of the same math mode, ratios against every
-published row, and result rows (``helpers.results``) with the machine fingerprint.
-
-Statistic: the course compares medians. One slow step (another process, a page fault, a
-late allocation) moves a mean of 20 steps by its whole excess divided by 20 and leaves the
-median where it was. The blog published only means, so a ratio puts the blog's mean over
-your median; your mean is shown beside it, labelled as the blog's statistic.
-
-Timing (the course's protocol): the headline step time is the whole step between two
-device synchronizations, with nothing synchronized inside it. The blog synchronized after
-every phase, which on a GPU serializes the queue and inflates the step. Per-phase times come
-from device events recorded between the phases (on the CPU, where work is synchronous, from
-the clock) and are reported apart; they need not add up to the step on an accelerator.
-
-"% of peak" divides the achieved FLOP/s by a matmul peak measured in the run's own dtype and
-math mode: bf16 autocast against a bf16 matmul, fp32 on CUDA against TF32 when TF32 is
-allowed (cuDNN convolutions use it by default). The peak is the best of several repeats; a
-figure above 100% is printed with its likely cause.
-
-Each run writes ``<out>/<time>-<device>/rows.jsonl`` and, rendered from those rows,
-``bench.csv`` and ``bench.md``; ``python -m helpers.pool`` merges such folders.
-"""
+Per torchvision model: zero_grad, the copy of one fixed host batch, forward + LogSoftmax + NLLLoss, backward and
+an Adam step, timed as a whole between two synchronizations and per phase; median (the course's statistic) beside
+the blog's mean, FLOP/s against a matmul peak of the same math mode, and ratios to the published table (docs/tools.md)."""
 
 from __future__ import annotations
 
@@ -34,7 +10,6 @@ import argparse
 import statistics
 import sys
 import time
-from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Sequence
@@ -42,10 +17,10 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 
-from . import devices, files, models, precision, published, report_rows, results, system
-from .measure import Stats
-from .step import train_step
+from . import devices, files, models, precision, published, results, system
+from .measure import Result
 from .roofs import MatmulPeak, math_mode, matmul_peak
+from .step import train_step
 from .tables import Table
 
 BENCH_MODELS: tuple[str, ...] = ("alexnet", "resnet18", "resnet50", "vgg16", "mobilenet")
@@ -57,30 +32,17 @@ class BenchError(ValueError):
     """A bad benchmark option, with the valid choices."""
 
 
-@dataclass
-class StepTimes:
-    """Per-step wall times (seconds) of one model, split by phase."""
+def step_times(model: str, device: str, total: Sequence[float], phases: dict[str, list[float]] | None = None,
+               flops_per_step: int = 0, phase_method: str = "clock") -> Result:
+    """One model's steps as a ``measure.Result``: step times (s) as samples, ``flops_per_step`` in metrics, and
+    ``device``, per-phase times (s) and how they were taken ("clock", "device events", "synchronized") in settings."""
+    return Result(model, list(total), [], {"flops_per_step": flops_per_step},
+                  {"device": device, "phases": dict(phases or {}), "phase_method": phase_method})
 
-    model: str
-    device: str
-    total: list[float]
-    phases: dict[str, list[float]] = field(default_factory=dict)
-    flops_per_step: int = 0
-    phase_method: str = "clock"  # "clock" (CPU), "device events", or "synchronized" (no events here)
 
-    @property
-    def mean_ms(self) -> float:
-        """Mean step time in ms: the blog's statistic, shown beside the median, never compared."""
-        return 1e3 * statistics.fmean(self.total)
-
-    @property
-    def median_ms(self) -> float:
-        """Median step time in ms: the course's statistic, used in every ratio."""
-        return 1e3 * statistics.median(self.total)
-
-    @property
-    def stats(self) -> Stats:
-        return Stats.of(self.total)
+def _mean_ms(t: Result) -> float:
+    """Mean step time in ms: the blog's statistic, shown beside the median, never compared."""
+    return 1e3 * statistics.fmean(t.samples)
 
 
 def check_options(model_names: Sequence[str], device: str, dtype: str) -> tuple[list[str], torch.device, torch.dtype | None]:
@@ -113,10 +75,7 @@ class _NoUpdate:
 
 
 class BenchStep:
-    """One training step of the blog's benchmark, on a model, optimizer and fixed host batch
-    built once. ``run(mark)`` copies the batch to the device, then performs the course's one
-    training step (``helpers.step.train_step``); ``mark(phase)`` is called at the start and
-    after each phase."""
+    """One training step of the blog's benchmark on a model, optimizer and fixed host batch built once."""
 
     def __init__(self, model_name: str, *, device: torch.device, batch: int = 16, size: int = 224,
                  autocast: torch.dtype | None = None, channels_last: bool = False, optimizer: bool = True,
@@ -149,8 +108,7 @@ class BenchStep:
         return int(counter.get_total_flops())
 
     def run(self, mark: Callable[[str], None] | None = None) -> None:
-        """One training step: ``mark("start")``, the copy to the device (``mark("copy")``), then
-        ``train_step``, which marks zero_grad, forward, loss, backward and update."""
+        """The copy to the device, then ``train_step``; ``mark(phase)`` at the start and after each phase."""
         if mark is not None:
             mark("start")
         x = self.inputs.to(self.device, memory_format=self.memory_format)
@@ -162,8 +120,7 @@ class BenchStep:
 
 
 def event_clock(device: torch.device) -> Callable[[], Any] | None:
-    """A function that records a timing event on ``device``'s current stream, or None where the
-    device has no events (the CPU, or a backend without them)."""
+    """A function that records a timing event on ``device``, or None where it has none (the CPU)."""
     if device.type == "cpu":
         return None
     try:
@@ -182,13 +139,8 @@ def event_clock(device: torch.device) -> Callable[[], Any] | None:
 
 def timed_steps(step: BenchStep, steps: int, warmup: int = 0,
                 clock: Callable[[], Any] | None = None) -> tuple[list[float], dict[str, list[float]]]:
-    """Run ``warmup`` then ``steps`` timed steps; per-step totals and per-phase times (seconds).
-
-    The total is read from the host clock between two synchronizations of the device. Phases
-    come from ``clock`` events when given (see ``event_clock``), else from the host clock --
-    exact on the CPU; on an accelerator without events the device is synchronized after each
-    phase (the blog's method) and the total is taken from those marks. The loss is counted
-    with the forward phase."""
+    """Run ``warmup`` then ``steps`` timed steps: per-step totals and per-phase times (s, the loss in forward). ``clock``:
+    device events for the phases (``event_clock``); else the host clock, synchronizing after each phase (the blog's)."""
     totals: list[float] = []
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
     on_cpu = step.device.type == "cpu"
@@ -223,7 +175,7 @@ def timed_steps(step: BenchStep, steps: int, warmup: int = 0,
 
 def time_steps(model_name: str, *, device: torch.device, batch: int = 16, size: int = 224, warmup: int = 5,
                steps: int = 20, autocast: torch.dtype | None = None, channels_last: bool = False,
-               optimizer: bool = True, seed: int = 0, count_flops: bool = True) -> StepTimes:
+               optimizer: bool = True, seed: int = 0, count_flops: bool = True) -> Result:
     """Time ``steps`` training steps of one torchvision model with the blog's method."""
     if steps < 1 or warmup < 0:
         raise BenchError("steps >= 1 and warmup >= 0 are required")
@@ -233,37 +185,35 @@ def time_steps(model_name: str, *, device: torch.device, batch: int = 16, size: 
     clock = event_clock(device)
     totals, phases = timed_steps(step, steps, warmup, clock)
     method = "clock" if device.type == "cpu" else "device events" if clock is not None else "synchronized"
-    return StepTimes(model_name, str(device), totals, phases, flops, method)
+    return step_times(model_name, str(device), totals, phases, flops, method)
 
 
-def published_table(times: Sequence[StepTimes], title: str = "") -> Table:
-    """Every published row of the blog's table next to yours, as ratios: published ms (the blog's
-    mean of 20 steps, the only figure it gave) / your median ms (the course's statistic)."""
+def published_table(times: Sequence[Result], title: str = "") -> Table:
+    """Every published row of the blog's table as ratios: published ms (the blog's mean) / your median ms."""
     rows = published.select(published.load("dlprimitives"), experiment="train_step_batch16_224")
     frameworks = list(dict.fromkeys(r.variant for r in rows))
-    cols = ["published setup"] + [f"{t.model} (x)" for t in times]
+    cols = ["published setup"] + [f"{t.name} (x)" for t in times]
     table = Table(cols, title=title or "Published ms per step / your median ms per step (> 1: yours is faster)",
                   note=f"Published: {rows[0].source}. Batch 16, 224x224, fp32, Adam; published figures are means "
                        "of 20 steps. Your step: "
-                       + "; ".join(f"{t.model} median {t.median_ms:.1f} ms (mean {t.mean_ms:.1f} ms, the blog's "
-                                   "statistic, not used in the ratio)" for t in times))
+                       + "; ".join(f"{t.name} median {1e3 * t.stats.median:.1f} ms (mean {_mean_ms(t):.1f} ms, "
+                                   "the blog's statistic, not used in the ratio)" for t in times))
     for fw in frameworks:
         vals = {r.metric.removeprefix("step_time_"): r.value for r in rows if r.variant == fw}
-        table.add(fw, *[vals[t.model] / t.median_ms if t.model in vals else None for t in times])
+        table.add(fw, *[vals[t.name] / (1e3 * t.stats.median) if t.name in vals else None for t in times])
     return table
 
 
-def results_table(times: Sequence[StepTimes], peak: MatmulPeak | float | None = None) -> Table:
-    """Median step time (the course's statistic), min, max, the mean (the blog's statistic,
-    labelled so), per-phase medians, achieved FLOP/s at the median and the share of the matmul
-    peak measured in the same math mode (``peak``; a bare number is taken as fp32)."""
+def results_table(times: Sequence[Result], peak: MatmulPeak | float | None = None) -> Table:
+    """Median, min, max and mean (the blog's, labelled) step time, per-phase medians, achieved FLOP/s and its share
+    of the matmul ``peak`` measured in the same math mode (a bare number is taken as fp32)."""
     if isinstance(peak, (int, float)):
         peak = MatmulPeak(float(peak), "fp32")
     cols = ["model", "median ms/step", "min ms/step", "max ms/step", "mean ms/step (blog's statistic)"]
     cols += [f"{p} median ms" for p in PHASES] + ["TFLOP/s"]
     if peak:
         cols.append(f"% of {peak.mode} matmul peak")
-    method = times[0].phase_method if times else "clock"
+    method = times[0].settings["phase_method"] if times else "clock"
     note = {"clock": "phases timed by the clock (CPU work is synchronous)",
             "device events": "step: host clock between two synchronizations, nothing synchronized inside; "
                              "phases: device events (they need not add up to the step)",
@@ -275,15 +225,15 @@ def results_table(times: Sequence[StepTimes], peak: MatmulPeak | float | None = 
     table = Table(cols, note=note)
     above = []
     for t in times:
-        st = t.stats
-        achieved = t.flops_per_step / st.median if t.flops_per_step else None
-        row = [t.model, st.median * 1e3, st.minimum * 1e3, st.maximum * 1e3, t.mean_ms]
-        row += [1e3 * statistics.median(t.phases[p]) if t.phases.get(p) else None for p in PHASES]
+        st, flops, phases = t.stats, t.metrics["flops_per_step"], t.settings["phases"]
+        achieved = flops / st.median if flops else None
+        row = [t.name, st.median * 1e3, st.minimum * 1e3, st.maximum * 1e3, _mean_ms(t)]
+        row += [1e3 * statistics.median(phases[p]) if phases.get(p) else None for p in PHASES]
         row.append(achieved / 1e12 if achieved else None)
         if peak:
             share = 100 * achieved / peak.flops if achieved else None
             if share is not None and share > 100:
-                above.append(t.model)
+                above.append(t.name)
             row.append(share)
         table.add(*row)
     if above:
@@ -293,10 +243,9 @@ def results_table(times: Sequence[StepTimes], peak: MatmulPeak | float | None = 
     return table
 
 
-def bench_rows(times: Sequence[StepTimes], *, batch: int, size: int, dtype: str, channels_last: bool,
+def bench_rows(times: Sequence[Result], *, batch: int, size: int, dtype: str, channels_last: bool,
                optimizer: bool, peak: MatmulPeak | None, **context: Any) -> list[results.Row]:
-    """The run as result rows: step time and per-phase times (ms per step) per model, achieved
-    TFLOP/s and % of the same-mode matmul peak; published ms where the settings are the blog's."""
+    """Result rows: step and per-phase times (ms per step), TFLOP/s and % of the same-mode matmul peak, per model."""
     setting = (f"train_step b{batch} {size}x{size} {dtype}{' channels_last' if channels_last else ''}"
                f"{'' if optimizer else ' no-optimizer'}")
     blog = batch == 16 and size == 224 and dtype == "fp32" and optimizer and not channels_last
@@ -306,18 +255,18 @@ def bench_rows(times: Sequence[StepTimes], *, batch: int, size: int, dtype: str,
         rows_pub = published.select(published.load("dlprimitives"), experiment="train_step_batch16_224")
         pub = {r.metric.removeprefix("step_time_"): r.value for r in rows_pub if r.variant == PUBLISHED_REFERENCE}
         source = f"{rows_pub[0].source} ({PUBLISHED_REFERENCE}, phases synchronized)" if rows_pub else None
-    extra = {t.model: {"mean_ms": t.mean_ms, "flops_per_step": t.flops_per_step, "phase_method": t.phase_method,
-                       "device": t.device} for t in times}
-    out = results.make_rows("bench", setting, {t.model: [1e3 * v for v in t.total] for t in times},
+    extra = {t.name: {"mean_ms": _mean_ms(t), "flops_per_step": t.metrics["flops_per_step"],
+                      "phase_method": t.settings["phase_method"], "device": t.settings["device"]} for t in times}
+    out = results.make_rows("bench", setting, {t.name: [1e3 * v for v in t.samples] for t in times},
                             metric="step_time", unit="ms", published={k: v for k, v in pub.items()
-                                                                      if k in {t.model for t in times}} or None,
+                                                                      if k in {t.name for t in times}} or None,
                             published_source=source, extra=extra, **context)
     ctx = {k: getattr(out[0], k) for k in ("fingerprint", "profile", "data")}
     for phase in PHASES:
-        vals = {t.model: [1e3 * v for v in t.phases[phase]] for t in times if t.phases.get(phase)}
+        vals = {t.name: [1e3 * v for v in t.settings["phases"][phase]] for t in times if t.settings["phases"].get(phase)}
         if vals:
             out += results.make_rows("bench", setting, vals, metric=f"{phase}_step_time", unit="ms", **ctx)
-    achieved = {t.model: [t.flops_per_step / t.stats.median / 1e12] for t in times if t.flops_per_step}
+    achieved = {t.name: [t.metrics["flops_per_step"] / t.stats.median / 1e12] for t in times if t.metrics["flops_per_step"]}
     if achieved:
         out += results.make_rows("bench", setting, achieved, metric="achieved_throughput", unit="TFLOP/s",
                                  lower_is_better=False, **ctx)
@@ -349,7 +298,8 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Sequence[str] | None = None) -> list[StepTimes]:
+def main(argv: Sequence[str] | None = None) -> list[Result]:
+    """Command line: time the models, print the tables, write the run's folder."""
     args = _parser().parse_args(argv)
     names, device, autocast = check_options(args.models, args.device, args.dtype)
     if args.threads:
@@ -365,18 +315,17 @@ def main(argv: Sequence[str] | None = None) -> list[StepTimes]:
                                 steps=args.steps, autocast=autocast, channels_last=args.channels_last,
                                 optimizer=not args.no_optimizer))
     peak = matmul_peak(device, math_mode(device, autocast))
-    print(results_table(times, peak))
-    print()
-    print(published_table(times))
+    tables = [results_table(times, peak), published_table(times)]
+    print(f"{tables[0]}\n\n{tables[1]}")
     rows = bench_rows(times, batch=args.batch, size=args.size, dtype=args.dtype, channels_last=args.channels_last,
                       optimizer=not args.no_optimizer, peak=peak, data="none")
     folder = Path(args.out) / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{device.type}"
     while folder.exists():
         folder = folder.with_name(folder.name + "x")
     results.write_rows(rows, folder / results.ROWS_FILE)
-    report_rows.render_csv(rows, folder / "bench.csv")
-    files.atomic_write_text(folder / "bench.md", f"# Training-step benchmark\n\n{system.env_report()}\n\n"
-                              + report_rows.render_markdown(rows))
+    files.atomic_write_text(folder / "bench.csv", tables[0].to_csv())
+    files.atomic_write_text(folder / "bench.md", "\n\n".join(["# Training-step benchmark", system.env_report(),
+                                                              *(t._repr_markdown_() for t in tables)]) + "\n")
     print(f"\nsaved {folder / results.ROWS_FILE}, bench.csv and bench.md beside it")
     return times
 

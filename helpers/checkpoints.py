@@ -1,17 +1,6 @@
-"""Training checkpoints: the course's one format, atomic writes and safe loads (``weights_only=True``).
-
-Every training loop of the course (``helpers.training.train`` and the DDP loop of
-``python -m helpers.distributed``) writes the same dict, made by ``training_state``::
-
-    {"format": 2, "model": <plain state_dict>, "optimizer": ..., "scaler": <GradScaler state or None>,
-     "rng": {"cpu": ByteTensor, "device_type": "cpu|cuda|xpu", "device": ByteTensor or None},
-     "epoch", "batch", "step", "loss_sum", "epoch_times", "epoch_losses", "data_wait"}
-
-``"model"`` is the plain module's state_dict (no ``module.`` prefix from DDP or ``_orig_mod.``
-from torch.compile), so a model built without either loads it with ``load_state_dict``.
-``restore`` loads such a file back into a model, optimizer and scaler and returns the progress
-fields, with ``resumed_from`` set. ``epoch``/``batch`` name the next batch to run.
-"""
+"""Training checkpoints in the course's one format: ``training_state`` makes the dict (the plain module's weights,
+optimizer, scaler, random streams and the progress, ``PROGRESS_KEYS``; ``epoch``/``batch`` name the next batch),
+``save_checkpoint`` writes it atomically and ``restore`` loads it back (``weights_only=True``); docs/running.md."""
 
 from __future__ import annotations
 
@@ -32,10 +21,7 @@ class CheckpointError(RuntimeError):
 
 
 def save_checkpoint(path: Path | str, state: dict[str, Any]) -> Path:
-    """Write ``state`` with torch.save to a temporary file, then rename it over ``path``.
-
-    The rename is atomic, so a crash while writing leaves the previous checkpoint intact.
-    """
+    """Write ``state`` with torch.save to a temporary file, then rename it over ``path`` (atomic)."""
     return atomic_write(path, lambda f: torch.save(state, f))
 
 
@@ -90,7 +76,7 @@ def plain_module(model: torch.nn.Module) -> torch.nn.Module:
 
 def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, progress: dict[str, Any], *,
                    scaler: Any = None, device: torch.device | str = "cpu") -> dict[str, Any]:
-    """The course's checkpoint dict (see the module docstring) for ``progress`` (``fresh_progress`` keys)."""
+    """The course's checkpoint dict for ``progress`` (``fresh_progress`` keys)."""
     return {"format": FORMAT, "model": plain_module(model).state_dict(), "optimizer": optimizer.state_dict(),
             "scaler": scaler.state_dict() if scaler is not None else None, "rng": rng_state(device),
             **{k: progress[k] for k in PROGRESS_KEYS}}
@@ -98,8 +84,7 @@ def training_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer, pro
 
 def restore(path: Path | str, model: torch.nn.Module, optimizer: torch.optim.Optimizer, *, scaler: Any = None,
             device: torch.device | str = "cpu") -> dict[str, Any]:
-    """Load a ``training_state`` checkpoint into the plain model, the optimizer, the scaler (when
-    both have one) and the random streams; return its progress with ``resumed_from`` = [epoch, batch]."""
+    """Load a checkpoint into the plain model, optimizer, scaler and random streams; return its progress."""
     state = load_checkpoint(path)
     try:
         plain_module(model).load_state_dict(state["model"])

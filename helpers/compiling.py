@@ -1,10 +1,7 @@
-"""torch.compile made measurable: a cold compile per instance (``cold_compile``), the first steps of a
-new process with an empty cache (``first_steps``: compile and recompile cost apart from steady state),
-graph breaks made visible, where a compiled step's time went (own time per operator, copies by caller),
-the kernels Inductor generated compared between modes, and the step count after which compiling pays back.
-
-Importing this module changes nothing. ``python -m helpers.compiling first-steps ...`` is the child
-process that ``first_steps`` starts.
+"""torch.compile made measurable: a cold compile per instance, the first steps of a new process (compile and
+recompile apart from steady state), graph breaks, own time per operator, the kernels Inductor generated, and
+the step count after which compiling pays back. Importing it changes nothing; ``python -m helpers.compiling
+first-steps ...`` is the child that ``first_steps`` starts.
 """
 
 from __future__ import annotations
@@ -30,17 +27,15 @@ from torch import nn
 from . import devices
 from .seeds import set_seed
 from .step import train_step
+from .tables import Table
 
 MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
 
 
 @contextlib.contextmanager
 def cold_compile() -> Iterator[str]:
-    """Inside the block, ``torch.compile`` starts from nothing, as in a new process with an empty cache:
-    Dynamo's compiled code is dropped (``torch.compiler.reset()``), Inductor's in-memory caches are cleared
-    and ``TORCHINDUCTOR_CACHE_DIR`` (and ``TRITON_CACHE_DIR``) point at a new, empty folder, removed after
-    the block; yields that folder. Build, compile and run the instance inside the block, so that every
-    instance of a compiled arm pays its own compile."""
+    """Inside the block ``torch.compile`` starts from nothing, as in a new process: compiled code and in-memory
+    caches dropped, ``TORCHINDUCTOR_CACHE_DIR``/``TRITON_CACHE_DIR`` a new empty folder (yielded, removed after)."""
     from torch._inductor.utils import clear_caches
 
     torch.compiler.reset()
@@ -73,11 +68,8 @@ def timed(fn: Callable[[], Any], n: int = 1, device: torch.device | str = "cpu")
 
 def round_arm(new_step: Callable[[], Callable[[], Any]], *, steps: int, cold: bool = True, warmup: int = 2,
               device: torch.device | str = "cpu") -> Callable[[], tuple[float, dict[str, float]]]:
-    """One arm's turn in a round of ``measure.interleaved``: ``new_step()`` builds a new instance (model,
-    optimizer, ``torch.compile``) and returns its step; inside ``cold_compile()`` when ``cold`` (a compiled
-    arm then compiles from nothing in every round). Its first step is timed on its own (for a compiled arm,
-    the compile), ``warmup`` steps run untimed, then ``steps`` timed ones. Returns ``(seconds per step,
-    {"first step s": ...})``; what the compiler writes to stderr meanwhile is dropped."""
+    """One arm's turn for ``measure.interleaved``: ``new_step()`` builds a new instance (inside ``cold_compile`` when
+    ``cold``); its first step timed apart, ``warmup`` untimed, ``steps`` timed -> ``(s per step, {"first step s"})``."""
     def run() -> tuple[float, dict[str, float]]:
         with cold_compile() if cold else contextlib.nullcontext():
             with contextlib.redirect_stderr(io.StringIO()):
@@ -89,8 +81,7 @@ def round_arm(new_step: Callable[[], Callable[[], Any]], *, steps: int, cold: bo
 
 
 def recompile_reasons(log: str) -> list[str]:
-    """The first failed guard of each recompile in a ``TORCH_LOGS=recompiles`` log (the line after each
-    "triggered by"), e.g. "16 <= x.size()[0]"."""
+    """The first failed guard of each recompile in a ``TORCH_LOGS=recompiles`` log, e.g. "16 <= x.size()[0]"."""
     lines = log.splitlines()
     return [nxt.split("- 0/", 1)[1].split(":", 1)[1].split("#")[0].strip()
             for line, nxt in zip(lines, lines[1:]) if "triggered by" in line and "- 0/" in nxt]
@@ -103,13 +94,9 @@ FIRST_STEPS = ("first step s", "later step s", "first at last batch s", "later a
 def first_steps(mode: str, *, model: str = "book_cnn", device: torch.device | str = "cpu", batch: int = 64,
                 last: int = 32, channels: int = 1, size: int = 28, cache: str | None = None, fresh: bool = True,
                 timeout: float = 1800) -> dict[str, float]:
-    """The first training steps of a NEW process (``python -m helpers.compiling first-steps``) that compiles
-    ``model`` ("book_cnn" or a torchvision name) with ``mode`` ("eager": not compiled), with Inductor's cache
-    in ``cache`` (None: a new, empty folder, removed after; ``fresh=False``: the cache this process's
-    environment names, e.g. a warm one for a quick check). Returns the seconds named in ``FIRST_STEPS``:
-    the first step at ``batch`` (it compiles) and the best of 3 later ones, the same at ``last`` (the epoch's
-    last, smaller batch: a recompile) and the best of 3 full batches after it (run by the dynamic graph); then
-    "compile s" (first step minus a later one, at least 0) and "recompile s" (the same at the last batch)."""
+    """The seconds named in ``FIRST_STEPS`` of a new process compiling ``model`` ("book_cnn" or torchvision's) with
+    ``mode`` ("eager": none): first and best later steps at ``batch`` and at ``last`` (a recompile), then full ones.
+    ``cache``: Inductor's folder (None: new and empty; ``fresh=False``: this environment's)."""
     with contextlib.ExitStack() as stack:
         env = dict(os.environ)
         if cache or fresh:
@@ -126,7 +113,6 @@ def first_steps(mode: str, *, model: str = "book_cnn", device: torch.device | st
 
 
 def _first_steps_main(args: Sequence[str]) -> list[float]:
-    """The child of ``first_steps``: args = mode, model, device, batch, last, channels, size."""
     from . import models
 
     mode, name, device = args[0], args[1], torch.device(args[2])
@@ -161,13 +147,8 @@ def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor
                       backend: str | None = "inductor", mode: str | None = None,
                       options: dict[str, Any] | None = None, device: torch.device | str = "cpu", seed: int = 0,
                       lr: float = 1e-3) -> Callable[[], torch.Tensor]:
-    """A fresh seeded model and Adam optimizer, compiled with ``backend`` (None = eager); returns
-    ``step()``, which runs one training step on ``inputs``/``targets`` and returns the loss.
-
-    This is the step chapter 03 writes out (zero_grad, forward, cross-entropy, backward,
-    optimizer step: the course's one, ``helpers.step.train_step``); ``mode`` is a ``torch.compile`` mode ("default" = None) and ``options``
-    Inductor options passed to ``torch.compile``. Nothing is compiled until the first call.
-    """
+    """A fresh seeded model and Adam, compiled with ``backend`` (None: eager), ``mode`` and Inductor ``options``:
+    ``step()`` runs one training step on ``inputs``/``targets`` and returns the loss (compiles on the first call)."""
     if mode is not None and mode not in MODES:
         raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
     set_seed(seed)
@@ -186,13 +167,9 @@ def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor
 
 
 def try_backends(names: Sequence[str], one_step: Callable[[str], Any], *, skip: dict[str, str] | None = None,
-                 title: str = "") -> tuple["Table", list[str]]:
-    """Each backend in ``names`` tried with ``one_step(name)`` (one training step of a fresh model compiled with
-    it), after ``torch.compiler.reset()``; ``skip`` maps names to the reason they are not run. Returns a table
-    (backend, status: the skip reason, "works: measured below" or the error's first line) and the names that
-    worked. What the compiler writes to stderr meanwhile is dropped."""
-    from .tables import Table
-
+                 title: str = "") -> tuple[Table, list[str]]:
+    """Each backend tried with ``one_step(name)`` (``skip``: name -> reason not run): a table of statuses (the error's
+    first line for a failure) and the names that worked."""
     table, working = Table(["backend", "status"], title=title), []
     for name in names:
         if skip and name in skip:
@@ -226,14 +203,8 @@ def graph_breaks(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
 
 def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: float = 0.0,
                   recompile_at: int | None = None) -> float | None:
-    """Training steps after which a compiled run has caught up with eager for good.
-
-    Compiling costs ``compile_s`` extra seconds at the first step and, when the run reaches step
-    ``recompile_at`` (an epoch's last, smaller batch), ``recompile_s`` more; every step saves
-    ``saved_s_per_step``. Returns None when nothing is saved (compiling never pays back).
-    A run that catches up before ``recompile_at`` but falls behind again there has paid back
-    only once it has also recovered the recompile.
-    """
+    """Steps after which a compiled run has caught up with eager for good (None: never): ``compile_s`` at the
+    first step, ``recompile_s`` more at step ``recompile_at`` (the epoch's last batch), ``saved_s_per_step`` each."""
     if compile_s < 0 or recompile_s < 0:
         raise ValueError("compile_s and recompile_s are extra seconds, >= 0")
     if saved_s_per_step <= 0:
@@ -247,9 +218,7 @@ def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: flo
 
 def payback_text(verdict: Any, eager_step_s: float, compile_s: float, recompile_s: float,
                  steps_per_epoch: int) -> str | None:
-    """"after about N steps (E epochs)" (two significant digits) when ``verdict`` (compiled against eager, from
-    ``measure.verdict``) says faster, else None: the step saves ``eager_step_s * (1 - 1 / ratio)``, and the
-    break-even is ``payback_steps`` with the recompile at the first epoch's last batch."""
+    """"after about N steps (E epochs)" when ``verdict`` (compiled vs eager) says faster, else None."""
     if not verdict.won:
         return None
     saved = eager_step_s * (1 - 1 / verdict.ratio)
@@ -260,8 +229,7 @@ def payback_text(verdict: Any, eager_step_s: float, compile_s: float, recompile_
 
 
 def significant(x: float, digits: int = 2) -> float:
-    """``x`` rounded to ``digits`` significant digits (1234 -> 1200.0 with 2): a figure that
-    claims no more precision than the measurement behind it has."""
+    """``x`` rounded to ``digits`` significant digits (1234 -> 1200.0 with 2)."""
     if digits < 1:
         raise ValueError("digits must be >= 1")
     if x == 0 or not math.isfinite(x):
@@ -274,9 +242,7 @@ _CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.aten\.\w+)(?:\.default)?
 
 @dataclass(frozen=True)
 class GeneratedCode:
-    """What Inductor wrote into one cache directory: a hash of every generated C++ kernel's
-    source, and the library calls (``extern_kernels.*``, ``torch.ops.aten.*``: oneDNN/MKL
-    convolutions and matmuls) that its wrapper code makes, counted."""
+    """What Inductor wrote into one cache folder: hashes of its C++ kernels, and its wrappers' library calls counted."""
 
     kernels: frozenset[str] = frozenset()
     library_calls: dict[str, int] = field(default_factory=dict)
@@ -290,12 +256,7 @@ class GeneratedCode:
 
 
 def generated_code(cache_dir: str | Path) -> GeneratedCode:
-    """Read what Inductor generated into ``cache_dir`` (a ``TORCHINDUCTOR_CACHE_DIR`` that one
-    compile filled): C++ kernel sources (``*.cpp``) and the Python wrappers that call them.
-
-    This reads files, not an API: if a PyTorch version lays the cache out differently, the
-    result is empty (falsy) rather than wrong.
-    """
+    """What Inductor generated into ``cache_dir`` (files, not an API: another layout gives an empty, falsy result)."""
     root = Path(cache_dir)
     kernels = frozenset(hashlib.sha256(f.read_bytes()).hexdigest() for f in sorted(root.rglob("*.cpp")))
     calls: collections.Counter[str] = collections.Counter()
@@ -307,41 +268,11 @@ def generated_code(cache_dir: str | Path) -> GeneratedCode:
 
 
 def self_ms_per_step(prof: "torch.profiler.profile", steps: int) -> dict[str, float]:
-    """Each profiled event's own (self) CPU time in ms per step, from a profile of ``steps`` steps.
-
-    For a compiled step, the self time of ``CompiledFunction`` (forward) and
-    ``CompiledFunctionBackward`` is the time spent in Inductor's generated kernels; library
-    calls they make (convolutions, matmuls, copies) are their own rows. Compare two profiles
-    row by row to see where a compiled step gains or loses time.
-    """
+    """Each profiled event's own (self) CPU time in ms per step, from a profile of ``steps`` steps."""
     if steps < 1:
         raise ValueError("steps must be >= 1")
     return {e.key: e.self_cpu_time_total / 1000.0 / steps for e in prof.key_averages()
             if not e.key.startswith("ProfilerStep")}
-
-
-_CONVERSIONS = ("aten::copy_", "aten::to", "aten::_to_copy", "aten::clone", "aten::contiguous")
-
-
-def copies_by_caller(prof: "torch.profiler.profile", steps: int) -> dict[str, float]:
-    """Milliseconds per step spent in ``aten::copy_``, by the operator that asked for the copy.
-
-    Layout conversions (``.to(memory_format=...)``, ``.contiguous()``) reach ``copy_`` through
-    ``aten::to`` / ``_to_copy`` / ``clone``; the caller is the nearest enclosing event that is
-    none of these, e.g. ``aten::convolution_backward`` converting a weight, or autograd's
-    ``AccumulateGrad`` copying a gradient into the layout of its parameter.
-    """
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
-    out: dict[str, float] = collections.defaultdict(float)
-    for event in prof.events():
-        if event.name != "aten::copy_":
-            continue
-        parent = event.cpu_parent
-        while parent is not None and parent.name in _CONVERSIONS:
-            parent = parent.cpu_parent
-        out[parent.name if parent is not None else "(top level)"] += event.cpu_time_total / 1000.0 / steps
-    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 if __name__ == "__main__":  # python -m helpers.compiling first-steps MODE MODEL DEVICE BATCH LAST CHANNELS SIZE

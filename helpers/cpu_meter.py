@@ -1,15 +1,6 @@
-"""Who else used the CPU while we measured: the interference measure of the course's rounds.
-
-A timing taken while another process (or the hypervisor, as *steal* time) used the cores is
-slower for reasons that have nothing to do with the lever under test. ``CpuMeter`` reads the
-machine's CPU time (``psutil.cpu_times``, i.e. ``/proc/stat`` on Linux) and this process
-tree's own CPU time (``psutil``: this process, its live descendants and the children it has
-waited for) at the start and the end of a round; what the machine spent beyond our own work
-was spent by someone else. ``helpers.measure.interleaved`` re-runs a round whose figure is
-above ``LIMIT``.
-
-The load average cannot do this: a run's own threads already make it about the core count.
-"""
+"""Who else used the CPU while we measured: ``CpuMeter`` compares the machine's CPU time (``psutil.cpu_times``,
+steal included) with this process tree's own over an interval; ``helpers.measure.interleaved`` re-runs a round
+whose others took more than ``LIMIT`` cores (docs/measurement.md)."""
 
 from __future__ import annotations
 
@@ -47,8 +38,7 @@ def machine_cpu_seconds() -> tuple[float, float]:
 
 
 def own_cpu_seconds(pid: int | None = None) -> float:
-    """CPU seconds used by process ``pid`` (default: this one), the children it has waited for
-    and its live descendants (DataLoader workers, variant processes, torchrun ranks)."""
+    """CPU seconds of process ``pid`` (default: this one), the children it waited for and its live descendants."""
     proc = psutil.Process(pid or os.getpid())
     total = 0.0
     for p in [proc, *proc.children(recursive=True)]:

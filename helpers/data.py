@@ -1,19 +1,6 @@
-"""Datasets and loaders: FashionMNIST and CIFAR-10 (real, via torchvision) and stand-ins.
-
-* ``load_dataset("fashionmnist" | "cifar10", train=...)`` returns the real dataset when the
-  data source is ``real`` (downloaded and MD5-checked by torchvision) and a
-  ``StandInImages`` otherwise. Offline without the files, it stops with one message that
-  names both fixes.
-* ``StandInImages`` is a deterministic, learnable synthetic dataset with the real one's
-  image shape, ten classes and the same interface (PIL image in, ``transform`` applied).
-  It is its own class, clearly named, and never pretends to be the real archive.
-* ``heavy_pipeline`` is the book's expensive augmentation chain (chapter 05).
-* ``make_loader`` builds a DataLoader whose shuffling is seeded per epoch and can resume
-  in the middle of an epoch (see ``EpochShuffleSampler``); ``loading_pass`` times one pass of a
-  new loader (a round for ``helpers.measure.interleaved``, chapter 05's "loading alone").
-* ``download_lock`` serialises the check-and-download of a real dataset between processes
-  (DDP ranks start together and would otherwise download into the same folder at once).
-"""
+"""Datasets and loaders: FashionMNIST and CIFAR-10, real (torchvision, checksummed, downloaded under a lock that
+DDP ranks share) or the deterministic synthetic ``StandInImages``; ``make_loader`` (shuffled per epoch, seeded,
+resumable mid-epoch), ``loading_pass`` (a round of loading alone) and the book's ``heavy_pipeline``."""
 
 from __future__ import annotations
 
@@ -46,17 +33,11 @@ class DatasetSpec:
 
 
 SPECS: dict[str, DatasetSpec] = {
-    "fashionmnist": DatasetSpec(
-        "fashionmnist", 1, 28, 60_000, 10_000,
-        ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat",
-         "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
-    ),
-    "cifar10": DatasetSpec(
-        "cifar10", 3, 32, 50_000, 10_000,
-        ("airplane", "automobile", "bird", "cat", "deer",
-         "dog", "frog", "horse", "ship", "truck"),
-        standin_separation=0.3,  # colour images carry more signal: closer templates keep it as hard
-    ),
+    "fashionmnist": DatasetSpec("fashionmnist", 1, 28, 60_000, 10_000, (
+        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")),
+    "cifar10": DatasetSpec("cifar10", 3, 32, 50_000, 10_000, (
+        "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
+        standin_separation=0.3),  # colour images carry more signal: closer templates keep it as hard
 }
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -82,15 +63,9 @@ def spec(name: str) -> DatasetSpec:
 
 
 class StandInImages(Dataset):
-    """Deterministic synthetic images shaped like FashionMNIST or CIFAR-10.
-
-    Every class has a fixed smooth random template; a sample is its class template,
-    shifted by up to two pixels, scaled in contrast and covered in Gaussian noise. A CNN
-    can learn it (so accuracy means something) but not instantly: the book's CNNs reach
-    roughly 80% (FashionMNIST shape, 3,000 images, two epochs) and 75-90% (CIFAR-10 shape,
-    4,000 images, three epochs) and keep improving. Item ``i`` is the same
-    on every machine and every call; nothing is stored, so any length is cheap.
-    """
+    """Deterministic synthetic images shaped like FashionMNIST or CIFAR-10: each a class's smooth random template,
+    shifted, scaled in contrast and noisy, learnable but not at once (the book's CNNs reach ~80% in two epochs).
+    Item ``i`` is the same on every machine; nothing is stored, so any length is cheap."""
 
     is_standin = True
 
@@ -99,13 +74,10 @@ class StandInImages(Dataset):
                  separation: float | None = None, as_tensor: bool = False):
         self.spec = spec(name)
         self.as_tensor = as_tensor  # without a transform: a float tensor (as ToTensor gives) instead of a PIL image
-        self.train = train
+        self.train, self.transform, self.seed, self.noise = train, transform, seed, noise
         self.length = length if length is not None else (self.spec.train_len if train else self.spec.test_len)
         if self.length < 0:
             raise ValueError("length must be non-negative")
-        self.transform = transform
-        self.seed = seed
-        self.noise = noise
         self.classes = list(self.spec.classes)
         rng = np.random.default_rng([seed, 12345])
         coarse = rng.uniform(0.0, 1.0, size=(10, self.spec.channels, 7, 7))
@@ -152,12 +124,7 @@ class StandInImages(Dataset):
 
 
 def array_to_tensor(array: np.ndarray) -> torch.Tensor:
-    """A uint8 (H, W) or (H, W, C) image as a float32 (C, H, W) tensor in [0, 1].
-
-    The same values as torchvision's ``transforms.ToTensor()`` on the PIL image, without
-    importing torchvision (about 1.5 s per process, which every torchrun rank and fresh
-    variant process would pay for the stand-in data).
-    """
+    """A uint8 (H, W) or (H, W, C) image as ``ToTensor`` makes it, without importing torchvision (1.5 s a process)."""
     tensor = torch.from_numpy(np.ascontiguousarray(array))
     tensor = tensor.unsqueeze(0) if tensor.ndim == 2 else tensor.permute(2, 0, 1).contiguous()
     return tensor.to(dtype=torch.float32).div(255)
@@ -172,13 +139,8 @@ def _torchvision_class(name: str):
 def load_dataset(name: str, train: bool = True, transform: Callable | None = None,
                  source: str | None = None, root: Path | str | None = None,
                  download: bool = True, standin_length: int | None = None) -> Dataset:
-    """Return the train or test split of ``name`` from the active data source.
-
-    ``source`` overrides ``run_sizes.data_source()``. With ``real``, the files are looked
-    for under ``root`` (default ``data_root()``) and downloaded when missing; torchvision
-    verifies their checksums. A dataset that can be neither found nor downloaded raises
-    DatasetUnavailableError saying how to get it or how to run on the stand-in.
-    """
+    """The train or test split of ``name`` from ``source`` (default ``run_sizes.data_source()``); real files are
+    looked for under ``root`` (default ``data_root()``) and downloaded when missing, else DatasetUnavailableError."""
     source = source or run_sizes.data_source()
     if source == "standin":  # no transform: tensors as ToTensor makes them, without importing torchvision
         return StandInImages(name, train=train, length=standin_length, transform=transform, as_tensor=True)
@@ -189,8 +151,6 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
     transform = transform if transform is not None else transforms.ToTensor()
     cls = _torchvision_class(name)
     root = Path(root) if root is not None else data_root()
-    # One process at a time checks (and, if needed, downloads) the files: DDP ranks call this
-    # together, and a rank must neither download beside another nor read a half-written file.
     with download_lock(root, _FOLDERS[spec(name).name]):
         try:
             ds = cls(root=str(root), train=train, transform=transform, download=False)
@@ -212,16 +172,8 @@ class DownloadLockTimeout(locks.Held):
 
 @contextlib.contextmanager
 def download_lock(root: Path | str, name: str = "dataset", *, timeout: float = 1800.0) -> Iterator[Path | None]:
-    """Hold an exclusive, inter-process lock on ``root/.<name>.lock`` for the ``with`` block.
-
-    Processes that use the same ``root`` and ``name`` (e.g. the DDP ranks of one machine)
-    enter one after another: the first checks and downloads the files, the next ones find them
-    checked. The lock is ``helpers.locks.hold`` (``filelock``): the operating system releases it
-    when its process dies, so a crashed download never blocks the next run. Yields the lock
-    file's path, or None when ``root`` cannot be created or written (a read-only shared copy,
-    where nothing will be downloaded). Waiting longer than ``timeout`` seconds raises
-    ``DownloadLockTimeout``, which names the process that holds the lock.
-    """
+    """Hold ``root/.<name>.lock`` (``locks.hold``) for the block, so the ranks of one machine check and download in
+    turn; yields its path, or None where ``root`` is read-only. Past ``timeout`` s: DownloadLockTimeout."""
     path = Path(root) / f".{name}.lock"
     stack = contextlib.ExitStack()
     try:
@@ -234,7 +186,6 @@ def download_lock(root: Path | str, name: str = "dataset", *, timeout: float = 1
         yield held
 
 
-# Where torchvision keeps each dataset's files under the root folder.
 _FOLDERS = {"fashionmnist": "FashionMNIST", "cifar10": "cifar-10-batches-py"}
 
 
@@ -272,12 +223,8 @@ def take(dataset: Dataset, n: int | None, seed: int = 0) -> Dataset:
 
 
 def heavy_pipeline(size: int = 224):
-    """The book's expensive training transform, scaled to output ``size`` x ``size``.
-
-    Resize(255) -> CenterCrop(224) -> RandomHorizontalFlip -> RandomRotation(20) ->
-    GaussianBlur(3) -> ToTensor -> Normalize(ImageNet mean/std). With size=224 it is the
-    book's exact chain; smaller sizes keep the 255/224 ratio for quick runs.
-    """
+    """The book's expensive training transform (Resize 255, CenterCrop 224, flip, rotation, blur, ToTensor, Normalize),
+    scaled to ``size`` (224: the book's exact chain)."""
     from torchvision import transforms
 
     return transforms.Compose([
@@ -292,11 +239,8 @@ def heavy_pipeline(size: int = 224):
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """Shuffles with a generator seeded by (seed, epoch): the order of epoch ``e`` is fixed.
-
-    ``set_epoch(epoch, start=k)`` selects the epoch and skips its first ``k`` samples, which
-    is how an interrupted run resumes in the middle of an epoch with the same data order.
-    """
+    """Shuffles with a generator seeded by (seed, epoch); ``set_epoch(epoch, start=k)`` skips the first ``k`` samples,
+    so an interrupted run resumes mid-epoch in the same order."""
 
     def __init__(self, length: int, seed: int = 0, shuffle: bool = True):
         self.length, self.seed, self.shuffle = length, seed, shuffle
@@ -338,9 +282,8 @@ def make_loader(dataset: Dataset, batch_size: int, *, train: bool, seed: int = 0
 
 
 def loading_pass(dataset: Dataset, batch_size: int, **options) -> Callable[[], tuple[float, dict[str, float]]]:
-    """A round of "loading alone": build a new ``make_loader(dataset, batch_size, train=True, **options)``
-    (its workers start during the pass, as in an epoch), iterate it once and return the seconds with
-    ``{"images_per_s": ...}``, the form ``helpers.measure.interleaved`` takes."""
+    """A round of "loading alone" for ``measure.interleaved``: one pass of a new ``make_loader(dataset, batch_size,
+    train=True, **options)``, as ``(seconds, {"images_per_s": ...})``."""
     def one_round() -> tuple[float, dict[str, float]]:
         loader = make_loader(dataset, batch_size, train=True, **options)
         start, images = time.perf_counter(), 0

@@ -1,10 +1,6 @@
-"""One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple).
-
-``get_device("auto")`` picks the best device present, in the order cuda, xpu, mps, cpu;
-``synchronize`` waits for queued work before a clock is read; ``memory_stats``,
-``autocast_dtypes`` and ``low_precision_dtype`` answer the questions every chapter asks of
-a device.
-"""
+"""One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple): ``get_device("auto")`` picks the
+best present (cuda, xpu, mps, cpu), ``synchronize`` waits for queued work before a clock is read, and the
+autocast questions every chapter asks of a device (``low_precision_dtype``, ``grad_scaler_supported``)."""
 
 from __future__ import annotations
 
@@ -20,15 +16,10 @@ class DeviceError(RuntimeError):
 
 def is_available(kind: str) -> bool:
     """True when a device of this kind (cpu, cuda, xpu, mps) can be used here."""
-    if kind == "cpu":
-        return True
-    if kind == "cuda":
-        return torch.cuda.is_available()
-    if kind == "xpu":
-        return hasattr(torch, "xpu") and torch.xpu.is_available()
-    if kind == "mps":
-        return hasattr(torch.backends, "mps") and torch.backends.mps.is_available()
-    return False
+    if kind in ("xpu", "mps"):
+        module = getattr(torch, "xpu", None) if kind == "xpu" else getattr(torch.backends, "mps", None)
+        return module is not None and module.is_available()
+    return kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
 
 
 def available_devices() -> list[str]:
@@ -47,10 +38,7 @@ def cuda_missing_reason() -> str:
 
 
 def get_device(name: str | None = "auto") -> torch.device:
-    """Return a ``torch.device`` for ``name`` ('auto', 'cpu', 'cuda', 'cuda:1', 'xpu', 'mps').
-
-    Raises DeviceError with what to do when the name is unknown or the device absent.
-    """
+    """A ``torch.device`` for 'auto', 'cpu', 'cuda', 'cuda:1', 'xpu' or 'mps'; DeviceError says what to do if absent."""
     name = (name or "auto").strip().lower()
     if name == "auto":
         return torch.device(available_devices()[0])
@@ -89,27 +77,8 @@ def synchronize(device: torch.device | str) -> None:
         torch.mps.synchronize()
 
 
-def memory_stats(device: torch.device | str) -> dict[str, int]:
-    """Allocated and peak bytes on an accelerator; empty dict on the CPU (use psutil there)."""
-    device = torch.device(device)
-    module = {"cuda": getattr(torch, "cuda", None), "xpu": getattr(torch, "xpu", None)}.get(device.type)
-    if module is None:
-        if device.type == "mps":
-            return {"allocated": int(torch.mps.current_allocated_memory())}
-        return {}
-    return {
-        "allocated": int(module.memory_allocated(device)),
-        "peak_allocated": int(module.max_memory_allocated(device)),
-        "reserved": int(module.memory_reserved(device)),
-    }
-
-
 def autocast_dtypes(device: torch.device | str) -> list[torch.dtype]:
-    """Low-precision dtypes that ``torch.autocast`` can use on this device.
-
-    Being accepted is not being fast: on a CPU without AVX-512-BF16/AMX, bf16 runs but is
-    emulated and usually slower than fp32 (see ``helpers.system.cpu_bf16_support``).
-    """
+    """Low-precision dtypes ``torch.autocast`` accepts on this device (accepted, not fast: ``system.cpu_bf16_support``)."""
     device = torch.device(device)
     if device.type == "cpu":
         return [torch.bfloat16, torch.float16]
@@ -127,12 +96,8 @@ def autocast_dtypes(device: torch.device | str) -> list[torch.dtype]:
 
 
 def low_precision_dtype(device: torch.device | str) -> torch.dtype:
-    """The autocast dtype to train with on ``device``: bfloat16 where the device runs it natively
-    (it keeps fp32's exponent range, so no ``GradScaler`` is needed), else float16 (which needs one).
-
-    On CUDA only native bf16 counts (compute capability 8.0 and newer; older GPUs emulate it
-    slowly). On a CPU bf16 is chosen even without AVX-512-BF16/AMX: it runs there, emulated
-    (``helpers.system.cpu_bf16_support`` says which)."""
+    """bfloat16 where ``device`` runs it (no ``GradScaler`` needed; on CUDA native only, 8.0 and newer; on any CPU,
+    emulated without AVX-512-BF16/AMX), else float16 (which needs one): the autocast dtype to train with."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16

@@ -34,8 +34,7 @@ REGIME_LEVERS: dict[str, str] = {
     "communication": "fewer, bigger all-reduces, no_sync over accumulation steps, more threads per rank "
                      "(chapters 08-09)",
 }
-SLOW = 0.25
-"""An operator bound by compute or memory below this fraction of its roof is a finding (slow kernel or layout)."""
+SLOW = 0.25  # an operator bound by compute or memory below this fraction of its roof is a finding
 STEP = "diagnose: one step"
 LOWER_BOUNDS = ("byte counts are lower bounds (views, in-place operators and fused kernels hide traffic), "
                 "so each % of a memory roof is one too")
@@ -135,10 +134,8 @@ def _nbytes(value: Any) -> int:
 
 
 def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
-    """(operator, FLOPs, input bytes, output bytes) of every aten call of ``step``, as the dispatcher sees it.
-
-    The one use of torch.utils._python_dispatch (semi-private): no public mode sees aten operators with their
-    tensors (``torch.overrides.TorchFunctionMode`` sees torch functions before autograd and decomposition)."""
+    """(operator, FLOPs, input bytes, output bytes) of every aten call of ``step``, as the dispatcher sees it
+    (through the semi-private TorchDispatchMode: docs/diagnosis.md says why)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode  # imported when used: it takes a while
 
@@ -194,10 +191,8 @@ def diagnose_step(model: torch.nn.Module, inputs: Any, targets: torch.Tensor, lo
                   optimizer: torch.optim.Optimizer, *, device: torch.device | str = "cpu", input_wait_s: float = 0.0,
                   comm_s: float = 0.0, roofs: R.Roofs | None = None, steps: int | None = None,
                   autocast: torch.dtype | None = None) -> Diagnosis:
-    """Place one ``train_step`` on the roofs of ``device`` (``roofs=None``: measured once per process) and split it.
-
-    ``input_wait_s`` (``loader_wait``) and ``comm_s`` (``exposed_comm``) are seconds per step beside it. The model
-    trains for a few steps."""
+    """Place one ``train_step`` (run a few times) on the roofs of ``device`` (``roofs=None``: measured once per
+    process) and split it; ``input_wait_s`` (``loader_wait``) and ``comm_s`` (``exposed_comm``): seconds beside it."""
     device = torch.device(device)
     steps = steps or run_sizes.pick(smoke=3, workshop=10, full=20)
     roofs = roofs or R.cached_roofs(device, R.math_mode(device, autocast))
@@ -281,9 +276,8 @@ def loader_wait(loader: Iterable, step: Callable[[Any], Any] | None = None, batc
 def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Callable,
                  optimizer: torch.optim.Optimizer, *, device: torch.device | str = "cpu",
                  steps: int | None = None) -> float:
-    """Seconds per step of communication a DDP step does not hide: its median minus the same step's under ``no_sync``.
-
-    Every rank must call it (the synced steps all-reduce); steps alternate so both arms share the machine's drift."""
+    """Seconds per step of communication a DDP step does not hide: its median minus the same step's under ``no_sync``
+    (steps alternate; every rank must call it)."""
     device = torch.device(device)
     steps = steps or run_sizes.pick(smoke=4, workshop=10, full=20)
     timed: dict[bool, list[float]] = {True: [], False: []}

@@ -1,67 +1,176 @@
 """One DDP training entry point for torchrun, mpirun and sbatch: ``python -m helpers.distributed``.
 
-This module is the command line, the backend and process-group setup, and the error handling:
-
-* ``choose_backend`` maps the device to gloo (CPU), nccl (CUDA) or xccl (Intel XPU, torch >=
-  2.8); ``ccl`` only when the end-of-life oneCCL bindings are importable. ``training_device``
-  gives each GPU rank the device numbered by its local rank.
-* ``init_process_group`` initialises the standard way (``env://``), under torchrun through a
-  store prefix per restart.
-* ``run`` is the job: pin, load the data, join, train (``helpers.ddp_training``), check the
-  replicas, evaluate on every rank, write the summary. With ``--seeds`` it trains once per seed,
-  each run from scratch, and the job's start-up is paid once for all of them.
-* ``main`` turns errors a user can cause (offline data, bad options, too many ranks) into one
-  ``error:`` message from rank 0 and exit status 2, instead of a traceback per rank.
-
-Who this process is and which CPUs it gets (``rank_info``, ``export_torch_env``, ``rank_cpus``,
-``pin_rank``, ``threads_per_rank``) is ``helpers.ranks``; the training loop and the collectives'
-payloads (``train_ddp``, ``handshake``, ...) are ``helpers.ddp_training``; its checkpoints
-(``training_state``, ``restore``) the course's one format in ``helpers.checkpoints``. The
-names the chapters call through this module (``rank_info``,
-``node_rank``, ``rank_cpus``, ``pin_rank``, ``threads_per_rank``, ``RankInfo``, ``handshake``,
-``DistributedSetupError``) are imported here as well. Building and running launch commands
-is ``helpers.launch``.
+Who this process is (torchrun, Open MPI or SLURM variables) and which cores it gets; the backend and process
+group; the training loop and the collectives it sends (float32, on the training device); one ``error:`` line
+from rank 0 for a user error. docs/tools.md (Distributed runs) says why; ``helpers.launch`` starts the jobs.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import itertools
 import json
 import os
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from typing import Any, Sequence
-
-from .ddp_training import evaluate_on_all_ranks, handshake, replica_fingerprints, train_ddp, wait_for_all, warmup_lr
-from .ranks import (  # noqa: F401  (node_rank, rank_cpus: re-exported, chapters 10-11 call them from here)
-    DistributedSetupError,
-    RankInfo,
-    export_torch_env,
-    node_rank,
-    pin_rank,
-    rank_cpus,
-    rank_info,
-    threads_per_rank,
-)
+from typing import Any, Callable, Mapping, Sequence
 
 BACKENDS: tuple[str, ...] = ("auto", "gloo", "nccl", "xccl", "ccl", "mpi")
 SBATCH_SCRIPT = Path(__file__).resolve().parent / "launchers" / "ddp.sbatch"
 EXIT_SETUP_ERROR = 2
-# On a user error every rank stops, but only rank 0 prints the message. torchrun stops all workers
-# as soon as one exits with an error, so the other ranks wait this long first: otherwise a rank
-# that got there sooner (rank 0 still importing torch, or still trying a download) would take the
-# message down.
-ERROR_LINGER_S = 15.0  # free when rank 0 is on time: torchrun stops the others once it exits
+ERROR_LINGER_S = 15.0  # the other ranks wait this long before exiting, so torchrun keeps rank 0's message
+
+
+class DistributedSetupError(RuntimeError):
+    """A launch or configuration problem, with what to do about it."""
 
 
 class JoinError(DistributedSetupError):
     """This rank could not reach the rendezvous: a local problem, so every rank that has it says so."""
 
+
+# ----- who this process is ------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class RankInfo:
+    """Who this process is in the job, and which launcher said so."""
+
+    rank: int
+    world_size: int
+    local_rank: int
+    local_world_size: int
+    launcher: str
+
+
+def _int(env: Mapping[str, str], key: str) -> int:
+    try:
+        return int(env[key])
+    except ValueError:
+        raise DistributedSetupError(f"{key}={env[key]!r} is not an integer") from None
+
+
+def _slurm_tasks_on_node(env: Mapping[str, str]) -> int:
+    """SLURM_NTASKS_PER_NODE, or this node's entry of SLURM_TASKS_PER_NODE ('2(x3),1')."""
+    if "SLURM_NTASKS_PER_NODE" in env:
+        return _int(env, "SLURM_NTASKS_PER_NODE")
+    spec = env.get("SLURM_TASKS_PER_NODE")
+    if not spec:
+        return 1
+    counts: list[int] = []
+    for part in spec.split(","):
+        n, _, times = part.rstrip(")").partition("(x")
+        counts += [int(n)] * int(times or 1)
+    node = int(env.get("SLURM_NODEID", "0"))
+    return counts[node] if node < len(counts) else counts[-1]
+
+
+def rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
+    """Rank, world size and local rank from torchrun, Open MPI or SLURM variables (in that order)."""
+    env = os.environ if env is None else env
+    if "RANK" in env and "WORLD_SIZE" in env:
+        world = _int(env, "WORLD_SIZE")
+        return RankInfo(_int(env, "RANK"), world, int(env.get("LOCAL_RANK", "0")),
+                        int(env.get("LOCAL_WORLD_SIZE", str(world))),
+                        "torchrun" if "TORCHELASTIC_RUN_ID" in env else "environment")
+    if "OMPI_COMM_WORLD_RANK" in env:
+        return RankInfo(_int(env, "OMPI_COMM_WORLD_RANK"), _int(env, "OMPI_COMM_WORLD_SIZE"),
+                        _int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
+                        int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env["OMPI_COMM_WORLD_SIZE"])), "mpirun")
+    if "SLURM_PROCID" in env:
+        return RankInfo(_int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"),
+                        _slurm_tasks_on_node(env), "slurm")
+    return RankInfo(0, 1, 0, 1, "single process")
+
+
+def node_rank(info: RankInfo, env: Mapping[str, str] | None = None) -> int:
+    """This rank's machine in the job: GROUP_RANK (torchrun), SLURM_NODEID, else rank // ranks per node."""
+    env = os.environ if env is None else env
+    for key in ("GROUP_RANK", "SLURM_NODEID"):
+        if key in env:
+            return _int(env, key)
+    return info.rank // max(1, info.local_world_size)
+
+
+def export_torch_env(info: RankInfo, env: dict[str, str] | None = None) -> dict[str, str]:
+    """Write RANK / WORLD_SIZE / LOCAL_RANK / LOCAL_WORLD_SIZE; check MASTER_ADDR/PORT when needed."""
+    env = os.environ if env is None else env
+    env.update({"RANK": str(info.rank), "WORLD_SIZE": str(info.world_size),
+                "LOCAL_RANK": str(info.local_rank), "LOCAL_WORLD_SIZE": str(info.local_world_size)})
+    if info.world_size > 1:
+        missing = [k for k in ("MASTER_ADDR", "MASTER_PORT") if not env.get(k)]
+        if missing:
+            raise DistributedSetupError(
+                f"{' and '.join(missing)} not set: with {info.world_size} processes started by "
+                f"{info.launcher}, every rank must know where rank 0 listens. "
+                "Example: export MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 (use rank 0's host name on a cluster); "
+                "torchrun sets them itself."
+            )
+    else:
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", "0")  # one process: any free port
+    return env
+
+
+# ----- which cores it gets ------------------------------------------------------------------
+
+def rank_cpus(info: RankInfo, *, allowed: Sequence[int], core_groups: Sequence[Sequence[int]],
+              nodes_per_host: int = 1, node: int = 0) -> list[int]:
+    """This rank's logical CPUs: whole physical cores (``core_groups``: each core's SMT siblings) of ``allowed``,
+    split evenly between ``nodes_per_host * local_world_size`` slots; slot ``node * local_world_size +
+    local_rank``. Under SLURM ``allowed`` (srun's choice) as it is."""
+    allowed_set = set(allowed)
+    if info.launcher == "slurm":
+        return sorted(allowed_set)
+    groups = [[c for c in g if c in allowed_set] for g in core_groups]
+    groups = [g for g in groups if g]
+    slots = nodes_per_host * info.local_world_size
+    slot = (node % nodes_per_host) * info.local_world_size + info.local_rank
+    if slots > len(groups):
+        raise DistributedSetupError(
+            f"{slots} ranks on this machine ({nodes_per_host} node(s) x {info.local_world_size}) but only "
+            f"{len(groups)} physical cores available to them: each CPU rank gets whole cores, so start at most "
+            f"{len(groups)} ranks here (or pass --no-pin to share cores knowingly)."
+        )
+    per = len(groups) // slots
+    return [c for g in groups[slot * per:(slot + 1) * per] for c in g]
+
+
+def threads_per_rank(ranks_here: int, topo: Any = None) -> int:
+    """Threads for each of ``ranks_here`` unpinned ranks: this process's physical cores (its affinity, SMT
+    siblings once; not ``os.cpu_count()``) divided evenly, at least 1."""
+    from . import system
+
+    if ranks_here < 1:
+        raise ValueError(f"ranks_here must be at least 1, got {ranks_here}")
+    cores = (topo or system.topology()).physical_cores
+    return max(1, cores // ranks_here)
+
+
+def pin_rank(info: RankInfo, threads: int | None = None, nodes_per_host: int = 1) -> list[int]:
+    """Bind this process to its own physical cores and use one thread per core of it."""
+    import torch
+
+    from . import system
+
+    topo = system.topology()
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else \
+        [c for g in topo.smt_siblings() for c in g]
+    cpus = rank_cpus(info, allowed=allowed, core_groups=topo.smt_siblings(), nodes_per_host=nodes_per_host,
+                     node=node_rank(info))
+    if hasattr(os, "sched_setaffinity") and info.launcher != "slurm":
+        os.sched_setaffinity(0, cpus)
+    cores = sum(1 for g in topo.smt_siblings() if set(g) & set(cpus))
+    torch.set_num_threads(threads or max(1, cores))
+    return cpus
+
+
+# ----- backend, device and process group ----------------------------------------------------
 
 def cuda_missing_message() -> str:
     """Why ``cuda`` cannot be used here, worded for the installed build, with the CPU fallback."""
@@ -106,8 +215,7 @@ def choose_backend(device_type: str, requested: str = "auto") -> str:
 
 
 def training_device(kind: str, info: RankInfo) -> Any:
-    """The device this rank trains on: ``cuda:<LOCAL_RANK>`` / ``xpu:<LOCAL_RANK>`` (one GPU per
-    process, numbered by its rank on this machine, never the global rank) or the CPU."""
+    """The device this rank trains on: ``cuda:<LOCAL_RANK>`` / ``xpu:<LOCAL_RANK>`` (never the global rank) or the CPU."""
     import torch
 
     from . import devices
@@ -130,6 +238,162 @@ def training_device(kind: str, info: RankInfo) -> Any:
     return device
 
 
+def init_process_group(backend: str, info: RankInfo, timeout: timedelta) -> None:
+    """``init_process_group`` by env://; under torchrun through the agent's store with a prefix per restart."""
+    import torch.distributed as dist
+
+    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or restart is None:
+        dist.init_process_group(backend, timeout=timeout)  # env://
+        return
+    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
+                          is_master=False, timeout=timeout)
+    dist.init_process_group(backend, store=dist.PrefixStore(f"course/attempt-{restart}", store),
+                            rank=info.rank, world_size=info.world_size, timeout=timeout)
+
+
+# ----- collectives: every payload made on the training device, in float32 --------------------
+
+def handshake(rank: int, device: Any, comm: Any) -> Any:
+    """all_reduce(rank + 1) over the job: proves every rank joined (world 2 gives 3)."""
+    import torch
+
+    value = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
+    comm.all_reduce(value)
+    return value
+
+
+def sum_across_ranks(values: Sequence[float], device: Any, comm: Any) -> Any:
+    """Element-wise sum of ``values`` over all ranks (counts, loss sums), as a float32 tensor."""
+    import torch
+
+    total = torch.tensor([float(v) for v in values], dtype=torch.float32, device=device)
+    comm.all_reduce(total)
+    return total
+
+
+def replica_fingerprints(model: Any, device: Any, comm: Any) -> list[Any]:
+    """Every rank's per-parameter float32 sums; DDP replicas must produce identical ones."""
+    import torch
+
+    with torch.no_grad():
+        mine = torch.stack([p.detach().float().sum() for p in model.parameters()]).to(device)
+    gathered = [torch.empty_like(mine) for _ in range(comm.get_world_size())]
+    comm.all_gather(gathered, mine)
+    return gathered
+
+
+def wait_for_all(device: Any, comm: Any) -> None:
+    """Barrier (no payload); on GPUs name this rank's device so nccl does not guess it."""
+    if device.type in ("cuda", "xpu"):
+        comm.barrier(device_ids=[device.index])
+    else:
+        comm.barrier()
+
+
+# ----- the training loop --------------------------------------------------------------------
+
+def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
+    """The learning rate of step ``step`` (0-based): linear from ``base_lr`` to ``peak_lr`` at ``warmup_steps``,
+    then constant (Goyal et al. 2017); ``warmup_steps <= 0``: no warm-up."""
+    if step < 0:
+        raise ValueError(f"step must be >= 0, got {step}")
+    if warmup_steps <= 0 or step >= warmup_steps:
+        return float(peak_lr)
+    return float(base_lr + (peak_lr - base_lr) * step / warmup_steps)
+
+
+def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, progress: dict[str, Any],
+              checkpoint: str | Path | None = None, checkpoint_every: int = 0, write: bool = True,
+              stop_after: int | None = None, lr_at: Callable[[int], float] | None = None) -> dict[str, Any]:
+    """Train the DDP-wrapped model, updating ``progress`` (``checkpoints.fresh_progress``/``restore``) in place;
+    ``write``: this rank writes the checkpoints (rank 0); ``lr_at(step)``: each step's learning rate, counted
+    over the whole run (a resumed run continues the schedule)."""
+    import torch
+
+    from . import devices
+    from .checkpoints import save_checkpoint, training_state
+    from .step import train_step
+    from .training import StopTraining
+
+    loss_fn = torch.nn.CrossEntropyLoss()
+    non_blocking = device.type in ("cuda", "xpu")
+    calls = 0
+
+    def save(epoch: int, batch: int) -> None:
+        if checkpoint is not None and write:
+            save_checkpoint(checkpoint, training_state(ddp, optimizer, {**progress, "epoch": epoch, "batch": batch},
+                                                       device=device))
+
+    first = progress["epoch"]
+    for epoch in range(first, epochs):
+        ddp.train()
+        loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same split on every rank
+        skip = progress["batch"] if epoch == first else 0
+        if not skip:
+            progress["loss_sum"] = 0.0
+        running = torch.zeros((), device=device)
+        batch, waited = skip, 0.0
+        devices.synchronize(device)
+        started = asked = time.perf_counter()
+        for inputs, targets in itertools.islice(iter(loader), skip, None):
+            waited += time.perf_counter() - asked
+            inputs = inputs.to(device, non_blocking=non_blocking)
+            targets = targets.to(device, non_blocking=non_blocking)
+            if lr_at is not None:
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(progress["step"])
+            # DDP all-reduces the gradients during the step's backward pass
+            loss = train_step(ddp, optimizer, loss_fn, inputs, targets, device_type=device.type)
+            running += loss.detach().float()
+            batch += 1
+            progress["step"] += 1
+            calls += 1
+            if checkpoint_every and progress["step"] % checkpoint_every == 0:
+                progress["loss_sum"] += float(running)
+                running.zero_()
+                save(epoch, batch)
+            if stop_after is not None and calls >= stop_after:
+                raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
+            asked = time.perf_counter()
+        devices.synchronize(device)
+        progress["loss_sum"] += float(running)
+        progress["epoch_times"].append(time.perf_counter() - started)
+        progress["data_wait"].append(waited)
+        progress["epoch_losses"].append(progress["loss_sum"] / max(1, batch))
+        progress["epoch"], progress["batch"] = epoch + 1, 0
+        save(epoch + 1, 0)
+    return progress
+
+
+def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, Any]:
+    """Each rank scores its share of the test set; counts and per-image ``correct`` are summed over ranks."""
+    import torch
+    from torch.utils.data import DataLoader, Subset
+
+    mine = range(info.rank, len(test_set), info.world_size)
+    hits = [0.0] * len(test_set)
+    correct = count = 0
+    loss = 0.0
+    model.eval()
+    with torch.no_grad():
+        at = 0
+        for inputs, targets in DataLoader(Subset(test_set, mine), batch_size=512):
+            inputs, targets = inputs.to(device), targets.to(device)
+            out = model(inputs)
+            loss += float(torch.nn.functional.cross_entropy(out, targets, reduction="sum"))
+            right = (out.argmax(1) == targets).tolist()
+            for k, ok in enumerate(right):
+                hits[mine[at + k]] = float(ok)
+            at += len(right)
+            correct += sum(right)
+            count += len(targets)
+    model.train()
+    c, n, total, *per_image = sum_across_ranks([correct, count, loss, *hits], device, comm).tolist()
+    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n,
+            "correct": [v > 0.5 for v in per_image]}
+
+
 # ----- command line ---------------------------------------------------------------------------
 
 class _Parser(argparse.ArgumentParser):
@@ -147,63 +411,28 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="python -m helpers.distributed",
-                description="Train the book's CNN with DistributedDataParallel.")
+    p = _Parser(prog="python -m helpers.distributed", description="Train the book's CNN with DistributedDataParallel.")
     p.add_argument("--dataset", default="cifar10", choices=["fashionmnist", "cifar10"])
-    p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batch-size", type=int, default=64, help="per rank; the global batch is this x world size")
-    p.add_argument("--global-batch", type=int, default=None,
-                   help="fix the global batch instead: each rank takes this / world size (same steps for any size)")
-    p.add_argument("--lr", type=float, default=1e-3)
-    p.add_argument("--scale-lr", action="store_true",
-                   help="multiply the learning rate by the world size, reached by a linear warm-up")
-    p.add_argument("--warmup-epochs", type=float, default=1.0,
-                   help="with --scale-lr: epochs over which the learning rate rises linearly from --lr to "
-                        "--lr x world size (Goyal et al. 2017); 0: no warm-up")
-    p.add_argument("--train-size", type=int, default=None)
-    p.add_argument("--test-size", type=int, default=None)
-    p.add_argument("--device", default="cpu")
     p.add_argument("--backend", default="auto", choices=BACKENDS)
-    p.add_argument("--threads", type=int, default=0, help="threads per rank (0: one per core of the rank)")
+    p.add_argument("--scale-lr", action="store_true", help="multiply the learning rate by the world size (warm-up)")
     p.add_argument("--no-pin", action="store_true", help="do not bind ranks to cores")
-    p.add_argument("--nodes-per-host", type=int, default=1,
-                   help="simulated nodes sharing this machine: split its cores between them by node rank")
-    p.add_argument("--checkpoint", default=None, help="checkpoint file (rank 0 writes, all ranks resume)")
-    p.add_argument("--checkpoint-every", type=int, default=0, help="also checkpoint every N steps")
-    p.add_argument("--timeout", type=float, default=300.0,
-                   help="seconds a collective waits for a lost rank before the job fails")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--seeds", type=int, nargs="+", default=None, metavar="SEED",
-                   help="train once per seed, one after another in this job, each from scratch (model, "
-                        "optimizer, sampler), as one job per seed would; --out then holds {'seeds': [one "
-                        "summary per seed]}. Saves a job's start-up per extra seed")
-    p.add_argument("--out", default=None, help="rank 0 writes a JSON summary here")
-    p.add_argument("--save-weights", default=None, help="rank 0 saves the final state_dict here")
-    p.add_argument("--crash-rank", type=int, default=None, help=argparse.SUPPRESS)
-    p.add_argument("--crash-at-step", type=int, default=None, help=argparse.SUPPRESS)
+                   help="train once per seed in this job, each from scratch; --out holds {'seeds': [summaries]}")
+    for flag, kind, default, words in (
+            ("--epochs", int, 2, None), ("--batch-size", int, 64, "per rank; the global batch is this x world size"),
+            ("--global-batch", int, None, "fix the global batch instead: each rank takes this / world size"),
+            ("--lr", float, 1e-3, None), ("--warmup-epochs", float, 1.0, "with --scale-lr: epochs of linear warm-up"),
+            ("--train-size", int, None, None), ("--test-size", int, None, None), ("--device", str, "cpu", None),
+            ("--threads", int, 0, "threads per rank (0: one per core of the rank)"),
+            ("--nodes-per-host", int, 1, "simulated nodes sharing this machine (they split its cores)"),
+            ("--checkpoint", str, None, "checkpoint file (rank 0 writes, all ranks resume)"),
+            ("--checkpoint-every", int, 0, "also checkpoint every N steps"),
+            ("--timeout", float, 300.0, "seconds a collective waits for a lost rank before the job fails"),
+            ("--seed", int, 0, None), ("--out", str, None, "rank 0 writes a JSON summary here"),
+            ("--save-weights", str, None, "rank 0 saves the final state_dict here"),
+            ("--crash-rank", int, None, argparse.SUPPRESS), ("--crash-at-step", int, None, argparse.SUPPRESS)):
+        p.add_argument(flag, type=kind, default=default, help=words)
     return p
-
-
-def init_process_group(backend: str, info: RankInfo, timeout: timedelta) -> None:
-    """``init_process_group`` the standard way (env://: RANK, WORLD_SIZE, MASTER_ADDR/PORT from the
-    launcher), with one documented exception.
-
-    Under torchrun with a static rendezvous (``--master-addr/--master-port``, as in this course),
-    the agent keeps one key-value store for the whole job, restarts included (torch 2.8's
-    static_tcp_rendezvous reuses it). A restarted rank would then read the peer addresses the
-    failed attempt left there and hang or fail to connect. So under torchrun the ranks use the
-    agent's store through a prefix named after the restart count -- exactly env:// otherwise.
-    """
-    import torch.distributed as dist
-
-    restart = os.environ.get("TORCHELASTIC_RESTART_COUNT")
-    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or restart is None:
-        dist.init_process_group(backend, timeout=timeout)  # env://
-        return
-    store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
-                          is_master=False, timeout=timeout)
-    dist.init_process_group(backend, store=dist.PrefixStore(f"course/attempt-{restart}", store),
-                            rank=info.rank, world_size=info.world_size, timeout=timeout)
 
 
 def _per_rank_batch(args: argparse.Namespace, world: int) -> int:
@@ -219,7 +448,7 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
     import torch
     import torch.distributed as dist
 
-    from . import data, training
+    from . import data, files, training
 
     # Everything a user can get wrong is checked before the ranks wait for each other.
     one_model = [o for o, v in (("--checkpoint", args.checkpoint), ("--save-weights", args.save_weights),
@@ -260,9 +489,7 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
                     for seed in args.seeds]
             summary = {"seeds": runs} if info.rank == 0 else None
         if summary is not None and args.out:
-            from .files import atomic_write_text
-
-            atomic_write_text(args.out, json.dumps(summary, indent=2))
+            files.atomic_write_text(args.out, json.dumps(summary, indent=2))
         wait_for_all(device, dist)
         return summary
     except training.StopTraining:
@@ -284,8 +511,7 @@ def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any,
 
     from . import checkpoints, data, models, seeds
 
-    sampler = DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True,
-                                 seed=seed)
+    sampler = DistributedSampler(train_set, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=seed)
     loader = DataLoader(train_set, batch_size=batch_size, sampler=sampler)
     seeds.set_seed(seed)  # same initial weights everywhere (DDP also broadcasts rank 0's)
     model = models.book_cnn(args.dataset).to(device)
@@ -297,10 +523,8 @@ def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any,
     if args.checkpoint and Path(args.checkpoint).exists():
         progress = checkpoints.restore(args.checkpoint, model, optimizer, device=device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
-    crash = None
-    if args.crash_at_step is not None and info.rank == args.crash_rank \
-            and os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0":
-        crash = args.crash_at_step
+    crash = args.crash_at_step if info.rank == args.crash_rank and \
+        os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" else None
     progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, progress=progress,
                          checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
                          write=info.rank == 0, stop_after=crash, lr_at=lr_at)
@@ -309,25 +533,19 @@ def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any,
     ev = evaluate_on_all_ranks(model, test_set, info, device, dist)
     summary = None
     if info.rank == 0:
-        summary = {
-            "world_size": info.world_size, "launcher": info.launcher, "backend": backend,
-            "device": str(device), "threads_per_rank": torch.get_num_threads(), "cpus": cpus,
-            "batch_per_rank": batch_size, "global_batch": batch_size * info.world_size,
-            "lr": lr, "base_lr": args.lr, "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"], "epoch_times": progress["epoch_times"],
-            "epoch_losses": progress["epoch_losses"], "data_wait": progress["data_wait"],
-            "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
-            "correct": ev["correct"],
-            "replicas_identical": identical, "resumed_from": progress["resumed_from"],
-            "standin": data.is_standin(train_set), "seed": seed,
-        }
+        summary = {"world_size": info.world_size, "launcher": info.launcher, "backend": backend, "device": str(device),
+                   "threads_per_rank": torch.get_num_threads(), "cpus": cpus, "batch_per_rank": batch_size,
+                   "global_batch": batch_size * info.world_size, "lr": lr, "base_lr": args.lr,
+                   "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"],
+                   **{k: progress[k] for k in ("epoch_times", "epoch_losses", "data_wait")},
+                   "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
+                   "correct": ev["correct"], "replicas_identical": identical, "resumed_from": progress["resumed_from"],
+                   "standin": data.is_standin(train_set), "seed": seed}
         if args.save_weights:
             checkpoints.save_checkpoint(args.save_weights, {"model": model.state_dict()})
         print(f"rank 0: {progress['step']} steps, {summary['time_s']:.2f} s, accuracy {ev['accuracy']:.2f}%, "
               f"replicas identical: {identical}" + (f" (seed {seed})" if args.seeds else ""), flush=True)
-    # Free DDP's reducer while the process group is still registered: when the reducer held the
-    # group's last reference, its destructor could deadlock with gloo's worker thread at exit
-    # (seen with torch 2.8). Then the ranks leave this run together.
-    del ddp
+    del ddp  # free the reducer while the group lives: its destructor could deadlock with gloo's thread (torch 2.8)
     gc.collect()
     wait_for_all(device, dist)
     return summary
@@ -342,11 +560,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
-    """Entry point of every distributed launch in the course.
-
-    A user error prints ``error: <message>`` once (rank 0; other ranks one short line) and
-    exits with status 2 instead of a traceback per rank.
-    """
+    """Every distributed launch's entry point: a user error prints ``error: ...`` once (rank 0) and exits 2."""
     try:
         info = rank_info()
     except DistributedSetupError as exc:
@@ -368,10 +582,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
-    from .orphans import die_with_parent
-    from .startup import exit_without_collection, import_frozen
+    from .processes import die_with_parent, exit_without_collection, import_frozen
 
     die_with_parent()  # a rank stops when its torchrun agent or mpirun dies, even by SIGKILL
-    import_frozen("torch")  # a rank starts sooner (see helpers.startup)
+    import_frozen("torch")  # a rank starts sooner (see helpers.processes)
     main()
     exit_without_collection()

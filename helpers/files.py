@@ -1,5 +1,4 @@
-"""Atomic file writes: a crash while writing leaves the previous file intact (the one place
-the course writes files that a later run reads back: checkpoints, run states, result rows)."""
+"""Atomic file writes: a crash while writing leaves the previous file intact (checkpoints, states, rows)."""
 
 from __future__ import annotations
 
@@ -9,11 +8,7 @@ from typing import Callable, IO
 
 
 def atomic_write(path: Path | str, write: Callable[[IO[bytes]], None]) -> Path:
-    """Call ``write(f)`` on a temporary file beside ``path``, fsync it, then rename it over ``path``.
-
-    The rename is atomic on POSIX file systems, so readers see the old file or the new one,
-    never half of one. Parent folders are created.
-    """
+    """Call ``write(f)`` on a temporary file beside ``path``, fsync it, then rename it over ``path`` (atomic)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")

@@ -1,19 +1,8 @@
 """Build and run the launch commands of the course's DDP entry point (``python -m helpers.distributed``).
 
-* ``torchrun_command`` / ``mpirun_command`` / ``sbatch_command`` write the command lines a
-  reader would type (one torchrun per machine -- a static rendezvous at node 0, or an elastic
-  c10d one at ``--rdzv-endpoint`` -- one mpirun, one sbatch); on several machines ``mpirun``
-  gets ``MASTER_ADDR`` from the first host of its hostfile (``first_host``), where Open MPI
-  places rank 0;
-* ``check_ranks`` refuses more pinned CPU ranks than physical cores with one message,
-  before anything starts;
-* ``run_job`` starts one or more launchers (two torchrun "nodes" on one machine) as one
-  ``helpers.children.Job`` (the course's one child-process runner), so on a timeout or Ctrl-C
-  every process it started -- launchers and the ranks they spawned in their own sessions -- is
-  stopped and waited for, and nothing is left holding a port or a core;
-* ``measure_job`` runs a job with the course's measurement protocol (``job_arm``: one fresh job
-  per call, an arm of ``measure.interleaved``); ``rank_lines`` picks
-  the per-rank report lines out of a job's output.
+``torchrun_command`` writes one machine's torchrun line; ``run_job`` starts launchers as one ``processes.Job``
+(nothing left holding a port or a core); ``measure_job``/``job_arm``/``measure_seeds`` time jobs with the
+course's protocol.
 """
 
 from __future__ import annotations
@@ -32,15 +21,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from .children import Job, JobTimeout
-from .distributed import SBATCH_SCRIPT
-from .ranks import DistributedSetupError
+from .distributed import DistributedSetupError
+from .processes import Job, JobTimeout
 
 if TYPE_CHECKING:
     from .measure import Result
 
 ENTRY = ["-m", "helpers.distributed"]
-MPIRUN_SCRIPT = SBATCH_SCRIPT.parent / "ddp_mpirun.sh"
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
 
 
@@ -52,10 +39,8 @@ def free_port() -> int:
 
 
 def check_ranks(ranks_per_node: int, device: str = "cpu", nodes_per_host: int = 1) -> None:
-    """Refuse more pinned CPU ranks on this machine than it has physical cores, with the numbers.
-
-    ``nodes_per_host``: simulated nodes sharing this machine (chapter 11); their ranks add up.
-    """
+    """Refuse more pinned CPU ranks on this machine than it has physical cores (``nodes_per_host``: simulated
+    nodes sharing it, chapter 11; their ranks add up)."""
     from . import system
 
     if ranks_per_node < 1 or nodes_per_host < 1:
@@ -91,16 +76,9 @@ def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int | str = 1, 
                      master_addr: str = "127.0.0.1", master_port: int | None = None,
                      max_restarts: int = 0, monitor_interval: float = 0.5, check: bool = True,
                      rdzv_endpoint: str | None = None, rdzv_id: str | None = None) -> list[str]:
-    """One machine's torchrun line for the entry point.
-
-    By default a static rendezvous: every node names node 0 (``master_addr:master_port``) and
-    its own ``node_rank``. With ``rdzv_endpoint`` ("host:port" that every node can reach) an
-    elastic c10d rendezvous instead: ``--rdzv-backend=c10d --rdzv-endpoint=... --rdzv-id=...``,
-    the same line on every node, ranks assigned as nodes join, and ``nnodes`` may be a range
-    ("1:4"). ``rdzv_id`` names the job (unique per job: nodes with the same id meet).
-    With ``check`` (default) a CPU job that asks for more pinned ranks than this machine's
-    cores is refused here, with one message, instead of failing in every rank.
-    """
+    """One machine's torchrun line: a static rendezvous at ``master_addr:master_port``, or with ``rdzv_endpoint``
+    an elastic c10d one named ``rdzv_id`` (``nnodes`` may be "1:4"). ``check``: refuse more pinned CPU ranks
+    than cores here (``check_ranks``)."""
     if check:
         _check_entry_args(nproc, args)
     head = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}"]
@@ -116,11 +94,7 @@ def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int | str = 1, 
 
 
 def first_host(hostfile: str | Path) -> str:
-    """The first host named in an Open MPI hostfile ("node01 slots=2" per line, # comments).
-
-    Open MPI fills the hosts in hostfile order (``--map-by slot``), so rank 0 runs there: it is
-    the job's ``MASTER_ADDR``. (``127.0.0.1`` names a different machine on every node.)
-    """
+    """The first host of an Open MPI hostfile ("node01 slots=2" per line, # comments): rank 0's, the MASTER_ADDR."""
     for line in Path(hostfile).read_text().splitlines():
         words = line.split("#", 1)[0].split()
         if words:
@@ -128,47 +102,9 @@ def first_host(hostfile: str | Path) -> str:
     raise DistributedSetupError(f"hostfile {hostfile} names no host: write one machine per line, e.g. 'node01 slots=2'")
 
 
-def mpirun_command(np: int, args: Sequence[str], master_port: int | None = None, *,
-                   hostfile: str | Path | None = None, master_addr: str | None = None,
-                   check: bool = True) -> list[str]:
-    """An Open MPI line running the entry point (the collectives still use gloo/nccl).
-
-    Without ``hostfile`` every rank runs on this machine and meets at 127.0.0.1. With a
-    hostfile the ranks are placed on its hosts in order (``--map-by slot``) and ``MASTER_ADDR``
-    is rank 0's host, the hostfile's first (``first_host``), unless ``master_addr`` is given.
-    """
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        raise DistributedSetupError("mpirun not found: install Open MPI "
-                                    "(Debian/Ubuntu: apt-get update && apt-get install -y openmpi-bin).")
-    if check and hostfile is None:  # with a hostfile the ranks spread over machines this one cannot see
-        _check_entry_args(np, args)
-    # Open MPI refuses to run as root unless told, and more ranks than slots without --oversubscribe.
-    extra = ["--allow-run-as-root"] if hasattr(os, "geteuid") and os.geteuid() == 0 else []
-    forwarded = [x for var in ("PATH", "PYTHONPATH", "COURSE_PROFILE", "COURSE_DATA", "COURSE_DATA_DIR",
-                               "OMP_NUM_THREADS", "TQDM_DISABLE")
-                 if var in os.environ for x in ("-x", var)]
-    if hostfile is not None:
-        where = ["--hostfile", str(hostfile), "--map-by", "slot"]
-        master_addr = master_addr or first_host(hostfile)
-    else:
-        where = ["--oversubscribe"]
-        master_addr = master_addr or "127.0.0.1"
-    # --bind-to none: the entry point pins each rank itself, from its local rank and the topology
-    return [mpirun, *extra, *where, "--bind-to", "none", "-np", str(np),
-            "-x", f"MASTER_ADDR={master_addr}", "-x", f"MASTER_PORT={master_port or free_port()}", *forwarded,
-            sys.executable, *ENTRY, *args]
-
-
-def sbatch_command(args: Sequence[str], script: str | Path = SBATCH_SCRIPT) -> list[str]:
-    """The sbatch line that submits the course's batch script with the entry point's arguments."""
-    return ["sbatch", str(script), *args]
-
-
 @dataclass
 class JobResult:
-    """A finished launch: exit code, seconds, merged output, rank 0's summary (if written) and
-    the entry point's one-line error message (if it printed one)."""
+    """A finished launch: exit code, seconds, merged output, rank 0's summary and the entry point's error line."""
 
     returncode: int
     seconds: float
@@ -194,18 +130,9 @@ def join_failed(job: JobResult) -> bool:
 def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[str]]],
             out: str | Path | None = None, timeout: float = 300, env: Mapping[str, str] | None = None,
             retries: int = 0, grace: float = 15.0) -> JobResult:
-    """Start one or more launcher processes (e.g. two torchrun 'nodes'), wait, collect output.
-
-    The launchers run as one ``helpers.children.Job``: each in its own process group, stdout and
-    stderr merged and drained while the job runs. On timeout it raises DistributedSetupError, on
-    Ctrl-C KeyboardInterrupt -- in both cases after stopping every process of the job.
-    ``retries``: start the job again (at most this often) when its ranks could not connect to
-    each other -- on a busy shared machine gloo's connection set-up occasionally fails; pass
-    ``commands`` as a function to build fresh command lines (a new port) for every attempt.
-    ``grace``: once one launcher has failed, seconds the others get to notice and exit on
-    their own before they are stopped (a node whose peer died would otherwise wait for its
-    rendezvous timeout).
-    """
+    """Start launchers (e.g. two torchrun 'nodes') as one ``processes.Job``, wait, collect the output; on a timeout
+    DistributedSetupError, every process stopped. ``retries``: again when the ranks could not connect (``commands``
+    a function: fresh lines, a new port); ``grace``: seconds the others get after one launcher failed."""
     if grace < 0:
         raise ValueError(f"grace must be >= 0 seconds, got {grace}")
     for attempt in range(retries + 1):
@@ -217,8 +144,7 @@ def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[s
 
 
 def scratch_root() -> Path:
-    """The folder of the jobs' scratch folders (one per user, in the system's temporary folder)."""
-    # a short path: Open MPI puts Unix sockets under TMPDIR, and their paths may not pass 107 bytes
+    """The folder of the jobs' scratch folders (one per user; short: Open MPI's socket paths stay under 107 bytes)."""
     return Path(tempfile.gettempdir()) / f"course-jobs-{getattr(os, 'getuid', lambda: 0)()}"
 
 
@@ -241,9 +167,7 @@ def reclaim_scratch() -> list[Path]:
 @contextlib.contextmanager
 def job_scratch() -> Iterator[Path]:
     """A new TMPDIR folder for one job, ``<scratch_root>/<pid>-<random>``, removed when the job ends."""
-    # torchrun writes a torchelastic_* folder per job and never removes it, Open MPI its session
-    # files; a parent killed by SIGKILL leaves its folder to the next job, which reclaims it
-    reclaim_scratch()
+    reclaim_scratch()  # torchrun and Open MPI leave files there; a parent killed by SIGKILL leaves its folder
     root = scratch_root()
     for attempt in range(3):  # another job may remove the (empty) root between our mkdir and mkdtemp
         root.mkdir(mode=0o700, exist_ok=True)
@@ -261,8 +185,7 @@ def job_scratch() -> Iterator[Path]:
 
 
 def _inductor_cache() -> str:
-    # PyTorch's default Inductor cache (the temporary folder, per user), which a job's own TMPDIR
-    # would move: the ranks keep compiling from, and into, the cache they always had
+    # PyTorch's default Inductor cache, which the job's own TMPDIR would move
     try:
         user = getpass.getuser()
     except (KeyError, OSError):
@@ -287,30 +210,12 @@ def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout
 
 
 def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path, *,
-                repeats: int = 1, timeout: float = 600, env: Mapping[str, str] | None = None,
-                epochs_as_samples: bool = False, retries: int = 1) -> "Result":
-    """Run a job ``repeats`` times and summarise it with the course protocol.
-
-    ``command(out_path)`` returns the launcher command lines of one run. Each run's first
-    epoch is its warm-up. Timed samples: the median of the other epochs of each run, or,
-    with ``epochs_as_samples``, every steady-state epoch of every run (a spread from one run).
-    Metrics: accuracy (median), optimizer steps, world size and global batch of the last run.
-    ``retries``: as in ``run_job`` (a run whose ranks could not connect is started again).
-    A failed job raises DistributedSetupError with the entry point's own message.
-    """
-    samples: list[float] = []
-    warm: list[float] = []
-    summaries: list[dict[str, Any]] = []
-    job = None
-    for r in range(repeats):
-        out = Path(out_dir) / f"{name}-{r}.json"
-        job = _finished(name, run_job(lambda: command(out), out=out, timeout=timeout, env=env, retries=retries))
-        summaries.append(job.summary)
-        first, rest = _epochs(job.summary)
-        warm.append(first)
-        samples.extend(rest if epochs_as_samples else [statistics.median(rest)])
-    assert job is not None
-    return _result(name, samples, warm, summaries, job)
+                timeout: float = 600, env: Mapping[str, str] | None = None, retries: int = 1) -> "Result":
+    """Run the job ``command(out_path)`` once: a Result of its median epoch after the first (the warm-up kept apart),
+    accuracy, steps, world size, global batch; a failed job raises DistributedSetupError with its message."""
+    out = Path(out_dir) / f"{name}.json"
+    job = _finished(name, run_job(lambda: command(out), out=out, timeout=timeout, env=env, retries=retries))
+    return _result(name, job.summary, job)
 
 
 def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
@@ -328,12 +233,8 @@ def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_d
 def measure_seeds(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
                   seeds: Sequence[int], *, timeout: float = 600, env: Mapping[str, str] | None = None,
                   retries: int = 1) -> list["Result"]:
-    """One job that trains once per seed (``command(out)`` plus ``--seeds``): one Result per seed.
-
-    The entry point trains the seeds one after another, each from scratch, so the job pays its
-    start-up once instead of once per seed. Each Result is what ``measure_job`` gives for a job
-    of that seed alone: the median of its epochs after the first, and its accuracy.
-    """
+    """One job (``command(out)`` plus ``--seeds``) that trains once per seed, paying its start-up once: one Result
+    per seed, as ``measure_job`` gives for a job of that seed alone."""
     if not seeds:
         raise ValueError("measure_seeds needs at least one seed")
     out = Path(out_dir) / f"{name}-seeds.json"
@@ -343,11 +244,7 @@ def measure_seeds(name: str, command: Callable[[Path], Sequence[Sequence[str]]],
     if not isinstance(runs, list) or len(runs) != len(seeds):
         raise DistributedSetupError(f"job {name!r} wrote no summary per seed: is --seeds passed to "
                                     "python -m helpers.distributed?")
-    results = []
-    for seed, summary in zip(seeds, runs):
-        first, rest = _epochs(summary)
-        results.append(_result(f"{name} seed {seed}", [statistics.median(rest)], [first], [summary], job))
-    return results
+    return [_result(f"{name} seed {seed}", summary, job) for seed, summary in zip(seeds, runs)]
 
 
 def _finished(name: str, job: JobResult) -> JobResult:
@@ -364,19 +261,15 @@ def _epochs(summary: dict[str, Any]) -> tuple[float, list[float]]:
     return times[0], times[1:]
 
 
-def _result(name: str, samples: list[float], warm: list[float], summaries: list[dict[str, Any]],
-            job: JobResult) -> "Result":
+def _result(name: str, summary: dict[str, Any], job: JobResult) -> "Result":
     from .measure import Result
 
-    last = summaries[-1]
-    return Result(name, samples, warm, {"accuracy": statistics.median(s["accuracy"] for s in summaries),
-                                        "steps": float(last["steps"]), "world_size": float(last["world_size"]),
-                                        "global_batch": float(last["global_batch"])},
-                  {"last_output": job.output[-3000:], "summary": last})
+    first, rest = _epochs(summary)
+    metrics = {"accuracy": summary["accuracy"], **{k: float(summary[k]) for k in ("steps", "world_size", "global_batch")}}
+    return Result(name, [statistics.median(rest)], [first], metrics, {"last_output": job.output[-3000:], "summary": summary})
 
 
 def rank_lines(output: str) -> list[str]:
-    """The per-rank report lines of a job's output, sorted by rank (ranks printing at the
-    same moment can share a line of the merged output, so they are matched, not split)."""
+    """The per-rank report lines of a job's output, sorted by rank (matched, not split: ranks can share a line)."""
     found = re.findall(r"rank \d+/\d+ \(.*?\): all_reduce\(rank\+1\) = [\d.e+]+", output)
     return sorted(found, key=lambda line: int(line.split()[1].split("/")[0]))

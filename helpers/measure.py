@@ -1,10 +1,10 @@
-"""The measurement protocol as code: interleaved rounds in complete Williams designs (``interleaved``),
-the A/A arm, per-round records (``Rounds``, ``Result``), summaries (``Stats``) and ``time_fn``.
-Every "faster"/"slower" is the word of ``verdict`` (``helpers.verdict``, re-exported here); the
-reasoning is in docs/measurement.md."""
+"""The measurement protocol: interleaved rounds in Williams designs (``interleaved``), the A/A arm, the records
+(``Rounds``, ``Result``, ``Stats``) and ``time_fn``. Every "faster"/"slower" is ``verdict``'s word (from
+``helpers.verdict``, re-exported here); docs/measurement.md has the reasoning."""
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -16,39 +16,20 @@ from . import devices, run_sizes
 from .cpu_meter import LIMIT as INTERFERENCE_LIMIT
 from .cpu_meter import CpuMeter, Interference
 from .tables import Table
-
-# ----------------------------------------------------------------------------------------
-# The one comparison rule
-# ----------------------------------------------------------------------------------------
-
 from .verdict import (MIN_EFFECT, MIN_ROUNDS, NO_DIFFERENCE, ROUNDS, Verdict, detectable,  # noqa: F401
                       log_noise, verdict)
 
-DISTURBED = "disturbed: no conclusion from this run"
-"""The word for every arm when the A/A arm (the baseline against itself) got a verdict."""
+DISTURBED = "disturbed: no conclusion from this run"  # every arm's word when the A/A arm got a verdict
 AA_PREFIX = "A/A: "
-AA_ATTEMPTS = 3
+AA_ATTEMPTS = 3  # comparisons with an A/A arm measured at most this often (once at the smoke size)
 MIN_SAMPLE_STEPS = 20
 MIN_SAMPLE_SECONDS = 0.5
-"""A timed sample is long enough when it spans at least ``MIN_SAMPLE_STEPS`` steps or
-``MIN_SAMPLE_SECONDS`` seconds: the clock reads and synchronizations around it (microseconds) and
-the first step's start-up then weigh less than a few percent (``sample_long_enough``)."""
-"""How many times ``interleaved`` measures a comparison with an A/A arm before it gives up (workshop and
-full sizes; once at the smoke size)."""
 
-
-# ----------------------------------------------------------------------------------------
-# Interleaved rounds
-# ----------------------------------------------------------------------------------------
 
 @dataclass
 class Rounds:
-    """Per-round values of several variants measured in interleaved rounds (paired by round).
-
-    ``samples[name][i]`` and ``metrics[name][i]`` come from round i; ``interference[i]`` is the
-    CPU that others took during the kept round i; ``reruns`` counts the rounds measured again
-    because others took more than ``limit`` cores, ``disturbed`` the kept rounds still above it.
-    """
+    """Per-round values of variants measured in interleaved rounds: ``samples[name][i]`` from round i, with the
+    CPU others took (``interference[i]``), rounds re-run over ``limit`` (``reruns``) and kept still above it."""
 
     names: list[str]
     samples: dict[str, list[float]]
@@ -103,14 +84,6 @@ class Rounds:
         """The Williams design's length for these arms (n orders for even n, 2n for odd n)."""
         return len(williams_orders(len(self.names)))
 
-    def followers(self) -> dict[tuple[str, str], int]:
-        """How often each arm came right after each other arm within a round: ``{(before, after): count}``."""
-        out: dict[tuple[str, str], int] = {}
-        for order in self.orders:
-            for a, b in zip(order, order[1:]):
-                out[(a, b)] = out.get((a, b), 0) + 1
-        return out
-
     @property
     def rounds(self) -> int:
         return len(self.samples[self.names[0]]) if self.names else 0
@@ -155,7 +128,6 @@ class Rounds:
         table = Table(["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up (x)",
                        "95% interval (x)", "verdict"] + list(metrics), title=title, note=self.note())
         values = {m: [self.result(n).metrics.get(m) for n in self.names] for m in metrics}
-        # a metric that is a whole number for every variant (steps, a batch size) is printed as a count
         counts = {m for m, vs in values.items()
                   if all(isinstance(v, (int, float)) and float(v).is_integer() for v in vs if v is not None)}
         for name in self.names:
@@ -172,8 +144,6 @@ class Rounds:
         return table
 
 
-
-
 def _value(got: Any) -> tuple[float, dict[str, float], list[float]]:
     if isinstance(got, Result):
         return statistics.median(got.samples), dict(got.metrics), list(got.warmup)
@@ -183,13 +153,8 @@ def _value(got: Any) -> tuple[float, dict[str, float], list[float]]:
 
 
 def williams_orders(n: int) -> list[list[int]]:
-    """Orders of ``n`` arms (0..n-1) balanced for first-order carry-over (a Williams design).
-
-    Within a round every arm comes right after every other arm equally often over the design:
-    once over the ``n`` orders for even ``n``, twice over ``2n`` orders for odd ``n`` (the ``n``
-    rows of a cyclic Latin square and their mirror images). Every arm is also first once per ``n``
-    orders.
-    """
+    """Orders of ``n`` arms (0..n-1) in which every arm follows every other equally often (a Williams design):
+    ``n`` orders for even ``n``, for odd ``n`` the ``n`` rows of a cyclic Latin square and their mirror images."""
     if n < 1:
         raise ValueError("a design needs at least one arm")
     first, low, high = [0], 1, n - 1
@@ -201,8 +166,7 @@ def williams_orders(n: int) -> list[list[int]]:
 
 
 def sample_long_enough(steps: int, seconds: float) -> bool:
-    """The course's rule for one timed sample: at least ``MIN_SAMPLE_STEPS`` steps or ``MIN_SAMPLE_SECONDS``
-    seconds (workshop and full sizes keep to it; the smoke size is a test of the code, not a measurement)."""
+    """The course's rule for one timed sample: at least ``MIN_SAMPLE_STEPS`` steps or ``MIN_SAMPLE_SECONDS`` s."""
     if steps < 1 or seconds < 0:
         raise ValueError("a timed sample has at least one step and a non-negative duration")
     return steps >= MIN_SAMPLE_STEPS or seconds >= MIN_SAMPLE_SECONDS
@@ -242,9 +206,8 @@ def aa_baseline(name: str) -> str:
 
 def with_aa(variants: Mapping[str, Callable[[], Any]], baseline: str | None = None,
             again: Callable[[], Any] | None = None) -> dict[str, Callable[[], Any]]:
-    """``variants`` plus an A/A arm: the baseline (default: the first) measured a second time under its own
-    name. ``again`` is the callable for it (default: the baseline's own; a fresh-process comparison passes a
-    call to a second child of the same settings)."""
+    """``variants`` plus an A/A arm: the baseline (default: the first) measured again under its own name, by
+    ``again`` (default: the baseline's own callable)."""
     base = baseline or next(iter(variants))
     if base not in variants:
         raise ValueError(f"no variant {base!r} to repeat as the A/A arm")
@@ -256,24 +219,9 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
                 progress: bool = True, desc: str = "rounds", unit: str = "s",
                 attempts: int | None = None, before_round: Callable[[list[str]], Any] | None = None,
                 after_round: Callable[[], Any] | None = None) -> Rounds:
-    """Measure every variant once per round, in orders of a Williams design (``williams_orders``).
-
-    Each callable builds its variant afresh (a new seeded model, optimizer and inputs, its own
-    warm-up untimed) and returns the timed value: a float, ``(value, metrics)`` or a ``Result``
-    (its median sample, metrics and warm-up). ``rounds`` defaults to ``ROUNDS``
-    (``run_sizes.pick`` a smaller number for the smoke size); at the workshop and full sizes it is raised to
-    ``complete_rounds``. ``before_round(order)`` and ``after_round()`` run around every round, untimed (a
-    fresh-process comparison starts the round's processes there). Round i takes the design's order
-    i (cycling); a round during which other processes or the hypervisor took more than ``limit``
-    cores is measured again in the same order, at most ``max_reruns`` times in all (default: none
-    at the smoke size, where the tests share the machine, else half the rounds); the table's note
-    says how many were. ``warmup_rounds`` untimed rounds run first (lazy imports, caches).
-
-    With an A/A arm among the variants (``with_aa``), a comparison whose A/A interval excludes 1.0 is
-    measured again as a whole, up to ``attempts`` times (default ``AA_ATTEMPTS``, 1 at the smoke
-    size); the result counts the attempts, and when the last one still fails, ``aa_failed`` is set
-    and ``Rounds.verdict`` says ``DISTURBED`` for every other arm.
-    """
+    """Call every variant once per round in the orders of a Williams design; each returns a float, ``(value,
+    metrics)`` or a ``Result``. Rounds where others took over ``limit`` cores run again (``max_reruns``), a failed
+    A/A arm measures it all again (``attempts``); ``before_round(order)``/``after_round()`` run untimed around each."""
     names = list(variants)
     if not names:
         raise ValueError("interleaved needs at least one variant")
@@ -291,67 +239,48 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
     for name in aa:
         if aa_baseline(name) not in variants:
             raise ValueError(f"the A/A arm {name!r} repeats no variant of this comparison")
-    for w in range(warmup_rounds):
+    for _ in range(warmup_rounds):
         for name in names:
             variants[name]()
     design = [[names[i] for i in order] for order in williams_orders(len(names))]
     for attempt in range(1, attempts + 1):
-        out = _measure_rounds(variants, names, design, rounds, max_reruns, limit, unit,
-                              f"{desc} (attempt {attempt})" if attempt > 1 else desc, progress,
-                              before_round, after_round)
-        out.attempts = attempt
-        failed = [n for n in aa if not aa_passes(verdict(out.samples[aa_baseline(n)], out.samples[n]))]
-        out.aa_failed = bool(failed)
-        if not failed:
+        out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit,
+                     unit=unit, attempts=attempt)
+        with _progress(rounds, f"{desc} (attempt {attempt})" if attempt > 1 else desc, progress) as bar:
+            while len(out.interference) < rounds:
+                order = design[len(out.interference) % len(design)]  # a re-run round repeats its own order
+                if before_round is not None:
+                    before_round(list(order))
+                try:
+                    meter = CpuMeter().start()
+                    got = {name: _value(variants[name]()) for name in order}
+                    load = meter.stop()
+                finally:
+                    if after_round is not None:
+                        after_round()
+                if load.disturbed(limit) and out.reruns < max_reruns:
+                    out.reruns += 1
+                    continue
+                out.disturbed += load.disturbed(limit)
+                out.interference.append(load)
+                out.orders.append(list(order))
+                for name in names:
+                    value, metrics, warm = got[name]
+                    out.samples[name].append(value)
+                    out.metrics[name].append(metrics)
+                    out.warmup[name].extend(warm)
+                bar.update(1)
+        out.aa_failed = any(not aa_passes(verdict(out.samples[aa_baseline(n)], out.samples[n])) for n in aa)
+        if not out.aa_failed:
             break
     return out
 
 
-def _measure_rounds(variants: Mapping[str, Callable[[], Any]], names: list[str], design: list[list[str]],
-                    rounds: int, max_reruns: int, limit: float, unit: str, desc: str, progress: bool,
-                    before_round: Callable[[list[str]], Any] | None = None,
-                    after_round: Callable[[], Any] | None = None) -> Rounds:
-    """One attempt of ``interleaved``: ``rounds`` kept rounds in the design's orders, disturbed ones re-run."""
-    out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit, unit=unit)
-    bar = _progress(rounds, desc) if progress else None
-    try:
-        while len(out.interference) < rounds:
-            order = design[len(out.interference) % len(design)]  # a re-run round repeats its own order
-            if before_round is not None:
-                before_round(list(order))
-            try:
-                meter = CpuMeter().start()
-                got = {name: _value(variants[name]()) for name in order}
-                load = meter.stop()
-            finally:
-                if after_round is not None:
-                    after_round()
-            if load.disturbed(limit) and out.reruns < max_reruns:
-                out.reruns += 1
-                continue
-            out.disturbed += load.disturbed(limit)
-            out.interference.append(load)
-            out.orders.append(list(order))
-            for name in names:
-                value, metrics, warm = got[name]
-                out.samples[name].append(value)
-                out.metrics[name].append(metrics)
-                out.warmup[name].extend(warm)
-            if bar is not None:
-                bar.update(1)
-    finally:
-        if bar is not None:
-            bar.close()
-    return out
-
-
-def _progress(total: int, desc: str) -> Any:
+def _progress(total: int, desc: str, show: bool) -> Any:
     """A tqdm bar; TQDM_DISABLE=1 (CI, committed runs) turns it off, also for the notebook widget."""
-    import os
-
     from tqdm.auto import tqdm
 
-    off = os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
+    off = not show or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
     return tqdm(total=total, desc=desc, leave=False, disable=off)
 
 
@@ -362,8 +291,6 @@ class Stats:
     median: float
     minimum: float
     maximum: float
-    q1: float
-    q3: float
     n: int
 
     @classmethod
@@ -371,19 +298,12 @@ class Stats:
         if not samples:
             raise ValueError("Stats.of needs at least one sample")
         s = sorted(float(x) for x in samples)
-        if len(s) == 1:
-            q1 = q3 = s[0]
-        else:
-            q1, _, q3 = statistics.quantiles(s, n=4, method="inclusive")
-        return cls(statistics.median(s), s[0], s[-1], q1, q3, len(s))
+        return cls(statistics.median(s), s[0], s[-1], len(s))
 
     @property
     def spread(self) -> float:
         """Max minus min, as a fraction of the median."""
         return (self.maximum - self.minimum) / self.median if self.median else 0.0
-
-    def __str__(self) -> str:
-        return f"{self.median:.4g} s (min {self.minimum:.4g}, max {self.maximum:.4g}, n={self.n})"
 
 
 @dataclass

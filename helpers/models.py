@@ -1,9 +1,8 @@
 """The book's two CNNs, exactly, and a torchvision model factory with a class-count option.
 
-``book_cnn("fashionmnist")`` has 1,630,090 parameters (1,629,472 with ``bias=False``,
-1,758,858 with ``extra_hidden=256``); ``book_cnn("cifar10")`` has 2,122,186. Module names
-(``layer1.0``, ``layer2.0``, ``fc1``, ``fc2``) are stable so pruning masks can name them.
-"""
+``book_cnn("fashionmnist")`` has 1,630,090 parameters (1,629,472 with ``bias=False``, 1,758,858 with
+``extra_hidden=256``), ``book_cnn("cifar10")`` 2,122,186; the names ``layer1.0``, ``layer2.0``, ``fc1``, ``fc2``
+are stable, so pruning masks can name them."""
 
 from __future__ import annotations
 
@@ -18,11 +17,8 @@ _ALIASES = {"mobilenet": "mobilenet_v2", "efficientnet": "efficientnet_b0"}
 
 
 class BookCNN(nn.Module):
-    """Two conv blocks (32 then 64 channels, 3x3, ReLU, max-pool 2) and two linear layers.
-
-    As in the book there is no activation between ``fc1`` and ``fc2``. ``extra_hidden``
-    inserts one more Linear(512, extra_hidden) before the head (the book's 1,758,858 model).
-    """
+    """Two conv blocks (32 then 64 channels, 3x3, ReLU, max-pool 2) and two linear layers, no activation between
+    them, as in the book; ``extra_hidden`` adds a Linear(512, extra_hidden) before the head (its 1,758,858 model)."""
 
     def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
                  bias: bool = True, extra_hidden: int | None = None):
@@ -57,31 +53,13 @@ def book_cnn(dataset: str = "fashionmnist", *, bias: bool = True, extra_hidden: 
     return BookCNN(channels, size, num_classes, bias=bias, extra_hidden=extra_hidden)
 
 
-def small_cnn(in_channels: int = 3, num_classes: int = 10) -> nn.Module:
-    """A deliberately light CNN for any image size (global average pooling before the head).
-
-    Used where the point is the data pipeline, not the model: its compute is small, so a
-    slow loader shows up as waiting time instead of hiding behind a heavy model.
-    """
-    return nn.Sequential(
-        nn.Conv2d(in_channels, 16, 3, stride=2, padding=1), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes),
-    )
-
-
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
     """Number of (trainable) parameters."""
     return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
 
 
-def torchvision_model(name: str, num_classes: int = 10, weights: str | None = None) -> nn.Module:
-    """A torchvision classification model by name with ``num_classes`` outputs.
-
-    ``weights=None`` (default) builds random weights: no download. Pretrained weights
-    ('DEFAULT') need network access and always have the 1000-class ImageNet head, which is
-    then replaced by a fresh ``num_classes`` layer.
-    """
+def torchvision_model(name: str, num_classes: int = 10) -> nn.Module:
+    """A torchvision classification model by name (random weights: no download) with ``num_classes`` outputs."""
     from torchvision import models as tvm
 
     key = _ALIASES.get(name.lower(), name.lower())
@@ -90,24 +68,4 @@ def torchvision_model(name: str, num_classes: int = 10, weights: str | None = No
             f"Unknown model {name!r}. Choose one of {', '.join(TORCHVISION_MODELS)} "
             f"(aliases: {', '.join(_ALIASES)})."
         )
-    builder = getattr(tvm, key)
-    if weights is None:
-        return builder(weights=None, num_classes=num_classes)
-    model = builder(weights=weights)
-    if num_classes != 1000:
-        _replace_head(model, num_classes)
-    return model
-
-
-def _replace_head(model: nn.Module, num_classes: int) -> None:
-    for attr in ("fc", "classifier"):
-        head = getattr(model, attr, None)
-        if isinstance(head, nn.Linear):
-            setattr(model, attr, nn.Linear(head.in_features, num_classes))
-            return
-        if isinstance(head, nn.Sequential):
-            for i in range(len(head) - 1, -1, -1):
-                if isinstance(head[i], nn.Linear):
-                    head[i] = nn.Linear(head[i].in_features, num_classes)
-                    return
-    raise ValueError(f"Don't know how to replace the head of {type(model).__name__}")
+    return getattr(tvm, key)(weights=None, num_classes=num_classes)

@@ -1,9 +1,5 @@
-"""Matplotlib figures shared by several notebooks: speed-up bars, per-round ratios with the
-verdict's interval, trade-off curves, phase shares.
-
-Importing this module leaves matplotlib's backend alone: Jupyter shows figures inline, a
-script without a display falls back to a file backend by itself.
-"""
+"""Matplotlib figures several chapters share: speed-up bars and per-round ratios, each with the verdict's
+interval. Importing it leaves matplotlib's backend alone (inline in Jupyter, a file backend in a script)."""
 
 from __future__ import annotations
 
@@ -17,15 +13,9 @@ from .measure import MIN_EFFECT, Result, Rounds, verdict
 
 def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None, title: str = "",
                  published: dict[str, float] | None = None, *, disturbed: bool = False) -> Figure:
-    """Bar chart of speed-up (baseline/variant), published beside it.
-
-    ``results`` is a list of ``Result`` or the ``Rounds`` of ``helpers.measure.interleaved``.
-    Results measured in the same interleaved rounds (as many samples as the baseline, paired by
-    round) get the ratio and 95% interval of ``helpers.measure.verdict``; otherwise the bars show
-    the ratio of medians with the min-max of the repeats, and the legend says they are unpaired.
-    When the A/A arm failed (``Rounds.aa_failed``, or ``disturbed=True`` for results gathered
-    elsewhere) the bars are hatched grey and the title says the run supports no verdict.
-    """
+    """Bars of the speed-up baseline/variant (the verdict's ratio and 95% interval when paired by round, else the
+    ratio of medians and the min-max), published beside them; hatched grey when the A/A arm failed
+    (``Rounds.aa_failed``, or ``disturbed=True`` for results gathered elsewhere)."""
     if isinstance(results, Rounds):
         disturbed = disturbed or results.aa_failed
         results = [results.result(n) for n in results.names]
@@ -68,13 +58,8 @@ def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None
 
 def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline: str | None = None, *,
                  title: str = "", higher_is_better: bool = False) -> Figure:
-    """One dot per round: the ratio baseline/variant of that round alone, with the verdict's
-    median (line) and 95% interval (band; none with too few rounds) for each variant.
-
-    Dotted lines mark 1 +- ``MIN_EFFECT``: the verdict says "faster" or "slower" only when the
-    whole band lies beyond one of them. ``variants`` defaults to every variant but the baseline
-    (``rounds.names[0]`` unless given); with ``higher_is_better`` the ratio is variant/baseline.
-    """
+    """One dot per round (baseline/variant in that round alone), the verdict's median and 95% band per variant,
+    dotted lines at 1 +- ``MIN_EFFECT``; ``variants``: all but the baseline (default ``rounds.names[0]``)."""
     base = baseline or (rounds.names[0] if rounds.names else None)
     if base not in rounds.names:
         raise ValueError(f"baseline {base!r} is not among the measured variants {rounds.names}")

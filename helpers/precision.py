@@ -1,18 +1,6 @@
-"""Number formats and mixed precision: bit layouts, underflow, TF32 switches.
-
-``formats()`` tabulates FP64/FP32/TF32/FP16/BF16 from ``torch.finfo`` (TF32 is a math mode of
-NVIDIA tensor cores, not a storage dtype, so its row is computed from its bit layout);
-``underflow()`` shows which small gradient values survive a cast to each format, with and
-without loss scaling; ``tf32`` switches TF32 matmuls and convolutions on or off as a context manager
-(``tf32_defaults`` reads PyTorch's settings: convolutions default to TF32, matmuls do not);
-``precision_bits`` and ``rounding_error`` show the other side of a format, its precision:
-how far one value moves when it is rounded to the format.
-
-Chapter 07's harness lives here too, so the notebook shows the technique and not the bookkeeping:
-``onednn_formats`` (whether PyTorch hands BF16 / FP16 to oneDNN on this CPU), ``flush_table`` (gradient
-elements a format flushed to zero), ``step_round`` (one interleaved round of a format's training steps),
-``op_table`` and ``op_summary`` (profiler rows per operator and input shapes, the layer named from the
-shapes) and ``vs_published`` (speed-ups beside published ones, table and figure).
+"""Number formats and mixed precision: bit layouts, underflow, precision, TF32 switches, and chapter 07's harness
+(oneDNN's formats on this CPU, flushed gradients, timed rounds, profiler rows per operator and shape, speed-ups
+beside published ones).
 """
 
 from __future__ import annotations
@@ -25,7 +13,7 @@ import torch
 
 from .tables import Table
 
-# (name, dtype or None, exponent bits, mantissa (fraction) bits)
+# (name, dtype or None, exponent bits, fraction bits); TF32 is a tensor-core math mode, not a storage dtype
 _FORMATS: tuple[tuple[str, torch.dtype | None, int, int], ...] = (
     ("FP64", torch.float64, 11, 52),
     ("FP32", torch.float32, 8, 23),
@@ -34,17 +22,12 @@ _FORMATS: tuple[tuple[str, torch.dtype | None, int, int], ...] = (
     ("BF16", torch.bfloat16, 8, 7),
 )
 _DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-# Other spellings people (and torch) use for the same formats.
 _ALIASES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "float16": "fp16",
             "half": "fp16", "bfloat16": "bf16"}
 
 
 def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
-    """The autocast dtype for a name: 'fp32' -> None (no autocast); 'bf16' / 'fp16' -> the dtype.
-
-    Accepts 'bf16', 'bfloat16', 'torch.bfloat16', 'fp16', 'float16', 'half', 'fp32',
-    'float32' ... in any case. Clear error otherwise.
-    """
+    """The autocast dtype for a name in any spelling ('bf16', 'torch.bfloat16', 'half', ...): fp32 -> None."""
     if name is None or isinstance(name, torch.dtype):
         return None if name in (None, torch.float32) else name
     key = name.strip().lower().removeprefix("torch.")
@@ -73,11 +56,7 @@ def formats() -> Table:
 
 
 def underflow(values: Sequence[float] = (1e-3, 1e-5, 1e-7, 1e-8, 1e-10), scale: float = 2.0 ** 16) -> Table:
-    """What small gradient values become in FP16/BF16, and in FP16 after loss scaling.
-
-    Loss scaling multiplies the loss (and so every gradient) by ``scale`` before the cast
-    and divides afterwards in FP32 -- what ``torch.amp.GradScaler`` automates.
-    """
+    """What small gradient values become in FP16/BF16, and in FP16 scaled by ``scale`` (as GradScaler does)."""
     table = Table(["value", "as FP16", "as BF16", f"FP16 scaled x{scale:g}, unscaled"],
                   note="0 means the gradient vanished: its update is lost.")
     for v in values:
@@ -90,23 +69,13 @@ def underflow(values: Sequence[float] = (1e-3, 1e-5, 1e-7, 1e-8, 1e-10), scale: 
 
 
 def tf32_defaults() -> dict[str, str]:
-    """This torch's TF32 settings as set now: ``{"matmul": ..., "conv": ...}`` (the ``fp32_precision`` API).
-
-    PyTorch's defaults (2.9 and later): CUDA matmuls ``"none"`` (IEEE fp32 unless a parent setting
-    says otherwise), cuDNN convolutions ``"tf32"``: an "fp32" training step on an Ampere or newer
-    GPU already runs its convolutions in TF32 unless told otherwise.
-    """
+    """This torch's TF32 settings now, ``{"matmul": ..., "conv": ...}`` (by default convolutions TF32, matmuls not)."""
     return {"matmul": torch.backends.cuda.matmul.fp32_precision, "conv": torch.backends.cudnn.conv.fp32_precision}
 
 
 @contextlib.contextmanager
 def tf32(enabled: bool) -> Iterator[None]:
-    """TF32 (``enabled``) or IEEE fp32 for CUDA matmuls *and* cuDNN convolutions inside the block.
-
-    Uses the ``fp32_precision`` API (``torch.backends.cuda.matmul.fp32_precision``,
-    ``torch.backends.cudnn.conv.fp32_precision``); the older ``allow_tf32`` flags are deprecated
-    since torch 2.9, and reading them after the new API was used raises.
-    """
+    """TF32 (``enabled``) or IEEE fp32 for CUDA matmuls and cuDNN convolutions inside the block (``fp32_precision``)."""
     before = tf32_defaults()
     mode = "tf32" if enabled else "ieee"
     torch.backends.cuda.matmul.fp32_precision = mode
@@ -119,16 +88,14 @@ def tf32(enabled: bool) -> Iterator[None]:
 
 
 def precision_bits(dtype: torch.dtype) -> int:
-    """Bits of precision of a floating dtype: its stored fraction bits plus the implicit leading 1
-    (FP32 24, FP16 11, BF16 8). Rounding to nearest moves a normal value by at most 2**-bits of it."""
+    """Bits of precision of a floating dtype: fraction bits plus the implicit leading 1 (FP32 24, FP16 11, BF16 8)."""
     if not dtype.is_floating_point:
         raise ValueError(f"{dtype} is not a floating-point dtype")
     return 1 - round(math.log2(torch.finfo(dtype).eps))
 
 
 def rounding_error(values: torch.Tensor, dtype: torch.dtype) -> float:
-    """Median relative error |x - round(x)| / |x| when the non-zero ``values`` are cast to ``dtype``
-    and back (values outside the format's range give inf or 1.0: pass values in range to see precision)."""
+    """Median relative error |x - round(x)| / |x| when the non-zero ``values`` are cast to ``dtype`` and back."""
     x = values.detach().double().flatten()
     x = x[x != 0]
     if x.numel() == 0:
@@ -137,9 +104,8 @@ def rounding_error(values: torch.Tensor, dtype: torch.dtype) -> float:
 
 
 def onednn_formats() -> dict[str, bool | None]:
-    """Whether PyTorch hands BF16 and FP16 convolutions and matmuls to oneDNN on this CPU (its own check,
-    ``torch.ops.mkldnn._is_mkldnn_<fmt>_supported``, a private op): ``{"bf16": ..., "fp16": ...}``, None
-    when this build cannot say. Where False, that format runs in generic (slow) kernels."""
+    """Whether PyTorch hands BF16 / FP16 to oneDNN on this CPU (its own private check): ``{"bf16", "fp16"}``, None
+    when this build cannot say; where False, generic (slow) kernels run."""
     found: dict[str, bool | None] = {}
     for fmt in ("bf16", "fp16"):
         try:
@@ -151,8 +117,7 @@ def onednn_formats() -> dict[str, bool | None]:
 
 def flush_table(reference: torch.Tensor, grads: Mapping[str, torch.Tensor], *, lr: float = 0.01,
                 title: str = "") -> Table:
-    """Per gradient variant: elements non-zero in the FP32 ``reference`` but exactly 0 in the variant
-    (flushed), weights whose plain SGD update ``-lr * g`` is 0, and the update's relative error (%)."""
+    """Per gradient variant: elements flushed to 0 (non-zero in FP32 ``reference``), zero SGD updates, update error."""
     alive = reference != 0
     n_alive = int(alive.sum())
     if n_alive == 0:
@@ -174,9 +139,8 @@ def shapes_text(shapes: Sequence[Sequence[int]]) -> str:
 
 def op_table(ops: Mapping[str, Mapping[Any, tuple[float, Any]]], model: torch.nn.Module, *, slow: str = "fp16",
              base: str = "fp32", top: int = 8) -> tuple[Table, list]:
-    """The ``top`` rows of the ``slow`` format's profile beside ``base``'s: ``ops[fmt]`` maps (operator, shapes
-    key) -> (self CPU ms, input shapes); matrix multiplies get their layer (``profiling.matmul_owner``).
-    Returns the table and the keys of its rows, slowest first."""
+    """The ``top`` rows of the ``slow`` format's profile beside ``base``'s (``ops[fmt]``: (operator, shapes) -> (ms,
+    shapes)), matmuls named by layer: the table and its row keys, slowest first."""
     from .profiling import matmul_owner
 
     ms = {fmt: {k: v[0] for k, v in found.items()} for fmt, found in ops.items()}
@@ -195,9 +159,8 @@ def op_table(ops: Mapping[str, Mapping[Any, tuple[float, Any]]], model: torch.nn
 
 def vs_published(res: Any, published: Mapping[str, float], *, where: str, source: str, baseline: str = "fp32",
                  what: str = "book (A100, EfficientNet)") -> Table:
-    """Speed-ups over ``baseline`` from interleaved rounds ``res`` (``measure.interleaved``; its A/A arm left
-    out) beside the ``published`` times (seconds per variant): a table, and a figure on a log axis (10x
-    slower and 10x faster equally far from 1) drawn on the current matplotlib backend."""
+    """Speed-ups over ``baseline`` from rounds ``res`` beside the ``published`` times (s per variant): a table, and a
+    figure on a log axis drawn on the current matplotlib backend."""
     import matplotlib.pyplot as plt
 
     from .measure import aa_name
@@ -228,11 +191,8 @@ def vs_published(res: Any, published: Mapping[str, float], *, where: str, source
 
 def step_round(model_fn: Any, step: Any, batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *,
                dtype: torch.dtype | None, min_steps: int = 1, seed: int = 0, lr: float = 1e-3) -> Any:
-    """One round's callable for ``measure.interleaved``: a fresh seeded model (``model_fn()``), Adam and a
-    GradScaler (enabled for FP16), one untimed warm-up ``step`` on ``batches[0]``, then ``step`` timed on the
-    other batches in turn until the sample is long enough (``measure.sample_long_enough``, at least
-    ``min_steps``). ``step(model, optimizer, scaler, inputs, targets, dtype=...)`` is the chapter's ``amp_step``.
-    The callable returns (ms per step, {"timed steps": n})."""
+    """One round for ``measure.interleaved``: a fresh model, Adam and GradScaler (FP16), one warm-up ``step`` (the
+    chapter's ``amp_step``), then timed steps until the sample is long enough -> (ms per step, {"timed steps"})."""
     import time
 
     from .measure import sample_long_enough
@@ -258,9 +218,8 @@ def step_round(model_fn: Any, step: Any, batches: Sequence[tuple[torch.Tensor, t
 
 def op_summary(ops: Mapping[str, Mapping[Any, tuple[float, Any]]], model: torch.nn.Module, key: Any, *,
                slow: str = "fp16", base: str = "fp32") -> list[str]:
-    """Lines under ``op_table``: both steps' total operator time, the generic ``aten::_slow_conv2d_*`` share of
-    the ``slow`` one, and, when ``key`` is a matrix multiply of a known layer that ``base`` also ran, its
-    FLOPs and GFLOP/s in both formats."""
+    """Lines under ``op_table``: total operator times, the generic convolutions' share, and for a matmul ``key`` of a
+    known layer its GFLOP/s in both formats."""
     from .profiling import matmul_owner
 
     ms = {fmt: {k: v[0] for k, v in found.items()} for fmt, found in ops.items()}

@@ -1,25 +1,7 @@
-"""Structured pruning: an L1-norm rule computes which filters to drop, Torch-Pruning removes them.
-
-The masks come from NNI 3.0's ``L1NormPruner`` where NNI installs (it has wheels for x86-64 only:
-Linux, Windows, Intel macOS). On Apple Silicon and ARM Linux, where NNI is absent, the same rule
-runs from stock code: Torch-Pruning's ``MagnitudeImportance(p=1, group_reduction="first")`` (the L1
-norm of each filter of the layer itself), dropping the ``int(filters * sparsity)`` smallest per
-layer as NNI does. ``mask_source`` says which one runs (``"nni"`` or ``"torch"``; ``source="torch"``
-forces the stock rule), ``describe_mask_source`` says it in words, and ``prune``'s report records it.
-
-NNI 3.0 (archived) still computes masks on current PyTorch, but its own ``ModelSpeedup`` -- the step
-that physically shrinks the model -- fails on torch >= 2.2. So the course splits the job: the masks
-say which output channels of each Conv2d are zero; Torch-Pruning's dependency graph removes exactly
-those channels and everything coupled to them (the next layer's input channels, the flattened
-Linear inputs).
-
-``prune_round_to`` is the other route, Torch-Pruning alone: its ``MetaPruner`` ranks the filters
-by L1 norm and, with ``round_to=k``, keeps a multiple of k filters per layer (``kept_channels``
-says how many), the channel counts that vectorised convolution kernels handle best.
-
-``zeros_pct`` and ``timed_steps`` are chapter 06's timing harness: the share of zero weights a
-forward pass uses, and one round of one arm (a fresh model and optimizer, untimed warm-up steps,
-then timed training steps) for ``measure.interleaved``.
+"""Structured pruning: an L1-norm rule picks the filters to drop (NNI 3.0's ``L1NormPruner`` where NNI installs,
+else the same rule from Torch-Pruning: ``mask_source``), Torch-Pruning removes them (NNI's own ``ModelSpeedup``
+fails on torch >= 2.2: chapter 06). ``prune_round_to`` is Torch-Pruning alone, keeping a multiple of k filters;
+``zeros_pct`` and ``timed_steps`` are chapter 06's timing harness.
 """
 
 from __future__ import annotations
@@ -66,11 +48,7 @@ def nni_available() -> bool:
 
 
 def mask_source(source: str = "auto") -> MaskSource:
-    """Which code computes the L1-norm masks: ``"nni"`` or ``"torch"``.
-
-    ``"auto"`` gives ``"nni"`` where NNI can be imported and ``"torch"`` (Torch-Pruning's
-    magnitude importance, the same rule) elsewhere; ``"nni"`` and ``"torch"`` force that one.
-    """
+    """Which code computes the L1-norm masks: ``"nni"`` or ``"torch"`` (``"auto"``: NNI where it imports)."""
     if source == "auto":
         return "nni" if nni_available() else "torch"
     if source in ("nni", "torch"):
@@ -92,10 +70,7 @@ def describe_mask_source(source: str) -> str:
 
 def nni_l1_masks(model: nn.Module, sparsity: float,
                  op_types: Sequence[str] = ("Conv2d",)) -> dict[str, dict[str, torch.Tensor]]:
-    """NNI's L1NormPruner masks: ``{layer name: {'weight': mask, 'bias': mask}}``.
-
-    The model is left unwrapped and its weights unchanged; only the masks are returned.
-    """
+    """NNI's L1NormPruner masks ``{layer name: {'weight': mask, 'bias': mask}}``; the model is left unchanged."""
     sparsity = check_sparsity(sparsity)
     try:
         with warnings.catch_warnings():
@@ -117,15 +92,8 @@ def nni_l1_masks(model: nn.Module, sparsity: float,
 
 def torch_l1_masks(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
                    op_types: Sequence[str] = ("Conv2d",)) -> dict[str, dict[str, torch.Tensor]]:
-    """NNI's L1-norm rule without NNI, from Torch-Pruning: masks in ``nni_l1_masks``'s format.
-
-    For each Conv2d (or Linear) whose type is in ``op_types``, the ``int(filters * sparsity)``
-    output channels with the smallest L1 norm of their weights get a zero mask (weight and bias),
-    layer by layer, as NNI's ``L1NormPruner`` does. The norms come from
-    ``MagnitudeImportance(p=1, group_reduction="first", normalizer=None)``: the first entry of a
-    pruning group is the layer's own filters, so the coupled layers do not enter the ranking
-    (unlike ``prune_round_to``). The model's weights are left unchanged.
-    """
+    """NNI's L1-norm rule from Torch-Pruning (``group_reduction="first"``: each layer's own filters, as NNI ranks
+    them): masks in ``nni_l1_masks``'s format, the ``int(filters * sparsity)`` smallest zeroed per layer."""
     import torch_pruning as tp
 
     sparsity = check_sparsity(sparsity)
@@ -163,10 +131,7 @@ def zeroed_channels(masks: dict[str, dict[str, torch.Tensor]]) -> dict[str, list
 
 
 def remove_channels(model: nn.Module, channels: dict[str, list[int]], example_inputs: torch.Tensor) -> nn.Module:
-    """Physically remove the given output channels (and what depends on them), in place.
-
-    Parameters are replaced by smaller tensors: create the optimizer *after* this call.
-    """
+    """Physically remove the given output channels (and what depends on them), in place: optimizer after this."""
     import torch_pruning as tp
 
     modules = dict(model.named_modules())
@@ -195,7 +160,7 @@ class PruneReport:
     params_after: int
     channels_before: dict[str, int]
     channels_after: dict[str, int]
-    mask_source: MaskSource | None = None  # "nni" or "torch" from ``prune``; None from ``prune_round_to``
+    mask_source: MaskSource | None = None  # None from ``prune_round_to``
 
     @property
     def reduction(self) -> float:
@@ -204,11 +169,7 @@ class PruneReport:
 
 def prune(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
           op_types: Sequence[str] = ("Conv2d",), source: str = "auto") -> PruneReport:
-    """L1-norm masks at ``sparsity`` for every ``op_types`` layer, then physical removal.
-
-    The masks come from NNI where it is installed, else from Torch-Pruning (``mask_source``);
-    ``source="nni"`` or ``"torch"`` forces one. The report's ``mask_source`` says which ran.
-    """
+    """L1-norm masks at ``sparsity`` for every ``op_types`` layer (from ``mask_source(source)``), then removal."""
     sparsity = check_sparsity(sparsity)
     source = mask_source(source)
     before = count_parameters(model)
@@ -227,10 +188,7 @@ def prune(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
 
 def try_nni_speedup(model: nn.Module, masks: dict[str, dict[str, torch.Tensor]],
                     example_inputs: torch.Tensor) -> str:
-    """Run NNI's own ModelSpeedup on a copy of the model; return 'ok' or the error it raises.
-
-    Kept to show, on the learner's machine, why the course uses Torch-Pruning instead.
-    """
+    """Run NNI's own ModelSpeedup on a copy of the model: 'ok' or the error it raises (why Torch-Pruning)."""
     import copy
 
     try:
@@ -245,12 +203,8 @@ def try_nni_speedup(model: nn.Module, masks: dict[str, dict[str, torch.Tensor]],
 
 
 def kept_channels(channels: int, sparsity: float, round_to: int | None = None) -> int:
-    """Filters Torch-Pruning's ``MetaPruner`` keeps of ``channels`` at ``sparsity`` (local pruning).
-
-    It keeps ``int(channels * (1 - sparsity))``; with ``round_to=k`` that number rounded *down*
-    to a multiple of k (so 26 -> 24 with k=8; a count below k becomes 0, which MetaPruner then
-    refuses to apply).
-    """
+    """Filters ``MetaPruner`` keeps of ``channels``: ``int(channels * (1 - sparsity))``, rounded down to a multiple of
+    ``round_to`` (26 -> 24 with 8; below k: 0, which MetaPruner refuses)."""
     sparsity = check_sparsity(sparsity)
     if channels < 1:
         raise PruningError(f"channels must be a positive count; got {channels!r}")
@@ -262,14 +216,8 @@ def kept_channels(channels: int, sparsity: float, round_to: int | None = None) -
 
 def prune_round_to(model: nn.Module, sparsity: float, example_inputs: torch.Tensor, *,
                    round_to: int | None = 8) -> PruneReport:
-    """Torch-Pruning alone: L1-norm filter pruning of every Conv2d with ``MetaPruner(round_to=...)``.
-
-    The Linear layers are not pruned as roots (as with ``prune``), only their inputs follow the
-    removed filters. Raises PruningError, before touching the model, when rounding would leave a
-    layer with no filter. Note that MetaPruner ranks a filter by the L1 norm of the whole group
-    it couples (the filter and the next layer's matching inputs), so it may keep other filters
-    than NNI's per-layer ranking; the channel counts are what ``kept_channels`` says.
-    """
+    """Torch-Pruning alone: every Conv2d's filters by the L1 norm of their coupled group, ``MetaPruner(round_to=...)``
+    (the counts ``kept_channels`` says); PruningError, before any change, when a layer would keep no filter."""
     import torch_pruning as tp
 
     sparsity = check_sparsity(sparsity)
@@ -295,8 +243,7 @@ def prune_round_to(model: nn.Module, sparsity: float, example_inputs: torch.Tens
 
 
 def zeros_pct(model: nn.Module, modules: Sequence[nn.Module], example_inputs: torch.Tensor) -> float:
-    """Share (%) of zeros in the ``weight`` of ``modules`` that the next forward pass uses: one forward pass on
-    ``example_inputs`` first, so that ``torch.nn.utils.prune``'s pre-hooks recompute ``weight_orig * weight_mask``."""
+    """Share (%) of zeros in the ``weight`` of ``modules`` after one forward pass (``nn.utils.prune`` hooks apply)."""
     if not modules:
         raise PruningError("zeros_pct needs at least one module with a weight")
     with torch.no_grad():
@@ -309,9 +256,8 @@ def timed_steps(build: Callable[[], nn.Module], batches: Sequence[tuple[torch.Te
                 make_optimizer: Callable[[Any], torch.optim.Optimizer], loss_fn: Callable, *, warmup: int = 2,
                 zeros_of: Callable[[nn.Module], float] | None = None, seed: int = 0,
                 **facts: Any) -> Callable[[], tuple[float, dict[str, Any]]]:
-    """One round of one arm for ``measure.interleaved``: ``build()`` a fresh model, a fresh optimizer, ``warmup``
-    untimed training steps on the first batches, then every other batch timed -> ``(seconds per step, facts)``.
-    ``zeros_of(model)``, when given, adds ``zeros_before`` and ``zeros_after`` (%) around the timed steps."""
+    """One round of one arm for ``measure.interleaved``: a fresh model and optimizer, ``warmup`` untimed steps, the
+    other batches timed -> ``(s per step, facts)``; ``zeros_of(model)`` adds ``zeros_before``/``zeros_after``."""
     if not 0 <= warmup < len(batches):
         raise PruningError(f"{len(batches)} batches leave none to time after {warmup} warm-up steps")
 

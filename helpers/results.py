@@ -1,58 +1,17 @@
-"""The course's one result format: versioned rows in JSON Lines.
-
-Every measurement (a notebook's sweep, ``make reproduce``, ``make bench``, ``tune``,
-``deploy``) is also written as rows of this shape, so that tools such as ``helpers.pool``
-can put many machines side by side. One row is one variant's value of one metric:
-
-=================  ==========================================================================
-field              meaning
-=================  ==========================================================================
-``version``        schema version (``SCHEMA_VERSION``); readers refuse versions they do not know
-``chapter``        ``"01"`` ... ``"14"``, or a tool name (``"bench"``, ``"tune"``, ``"deploy"``)
-``experiment``     what was compared, e.g. ``"batch_size"``
-``variant``        which setting this row is, e.g. ``"batch_256"``
-``metric``         what was measured, e.g. ``"epoch_time"``, ``"step_time"``, ``"accuracy"``
-``unit``           ``"s"``, ``"ms"``, ``"%"``, ``"images/s"`` ...
-``median``         median over the repeats; ``min`` and ``max`` their range; ``repeats`` how many
-``values``         the repeats themselves, in round order (round i of every variant of one
-                   experiment ran in the same interleaved round), so that a reader can apply
-                   ``helpers.measure.verdict`` to any pair; empty in rows written before it existed
-``lower_is_better``  True for times, False for accuracy and throughput
-``baseline``       the variant the ratio is taken against (same run), or null
-``ratio``          speed-up against the baseline, measured in the same run: baseline/variant
-                   when lower is better, variant/baseline otherwise (> 1 means better), the
-                   median over paired rounds when both have the same rounds; null
-                   for the baseline's own metric-less rows
-``published``      the published value for this variant and metric, when one exists
-``published_ratio``  the published speed-up for the same comparison, when one exists
-``published_source``  where the published numbers come from
-``profile``        ``smoke`` / ``workshop`` / ``full``
-``data``           ``real``, ``standin`` or ``none`` (no data set involved)
-``fingerprint``    ``helpers.system.fingerprint()`` of the machine that measured
-``versions``       library versions (torch, ...), also inside the fingerprint
-``time``           UTC time the row was made (ISO 8601)
-``extra``          a dict of anything else worth keeping (settings, the warm-up time ...)
-=================  ==========================================================================
-
-The fingerprint carries ``machine_id`` (``helpers.privacy``): a salted hash, so one machine's
-repeated runs merge while its identity stays private; ``helpers.privacy.redact`` removes
-user, host and path names before rows leave the machine (``helpers.submit``). Machines are
-grouped into classes by ``helpers.machine_class``; tables, Markdown and CSV are rendered
-from rows by ``helpers.report_rows``.
-
-This module is plain data: reading rows needs no torch.
-"""
+"""The course's one result format: versioned rows in JSON Lines, one variant's value of one metric per row, with
+the machine's fingerprint (docs/tools.md lists the fields). Plain data: reading rows needs no torch."""
 
 from __future__ import annotations
 
 import json
 import os
+import statistics
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from . import privacy
+from . import run_sizes, system
 from .files import atomic_write_text
 from .verdict import hodges_lehmann
 
@@ -106,17 +65,9 @@ def _now() -> str:
 def _context(fingerprint: dict[str, Any] | None, profile: str | None, data: str | None) -> dict[str, Any]:
     """Fill in the machine, profile and data source that every row carries."""
     if fingerprint is None:
-        from . import system
-
-        fingerprint = {**system.fingerprint(), "machine_id": privacy.machine_id()}
-    if profile is None:
-        from . import run_sizes
-
-        profile = run_sizes.current_profile()
-    if data is None:
-        from . import run_sizes
-
-        data = run_sizes.data_source()
+        fingerprint = {**system.fingerprint(), "machine_id": system.machine_id()}
+    profile = run_sizes.current_profile() if profile is None else profile
+    data = run_sizes.data_source() if data is None else data
     versions = dict(fingerprint.get("versions", {})) if isinstance(fingerprint.get("versions"), dict) else {}
     return {"fingerprint": fingerprint, "versions": versions, "profile": profile, "data": data}
 
@@ -126,15 +77,9 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
               published: dict[str, float] | None = None, published_source: str | None = None,
               fingerprint: dict[str, Any] | None = None, profile: str | None = None, data: str | None = None,
               extra: dict[str, dict[str, Any]] | None = None) -> list[Row]:
-    """Rows for one experiment: ``values`` maps each variant to its repeated measurements.
-
-    ``ratio`` is the Hodges-Lehmann estimate of the per-round ratios against ``baseline`` when both
-    have the same number of values (interleaved rounds, paired: the verdict's estimate), else the ratio of
-    the medians;
-    ``published``
-    maps variants to published values of the same metric, from which ``published_ratio``
-    is computed against the published baseline when both exist.
-    """
+    """Rows for one experiment, ``values``: each variant's repeated measurements; ``published``: published values
+    of the same metric per variant. ``ratio``: the verdict's Hodges-Lehmann estimate of the paired per-round ratios
+    against ``baseline``, else the ratio of the medians."""
     if not values:
         raise ValueError("make_rows needs at least one variant")
     if baseline is not None and baseline not in values:
@@ -170,12 +115,8 @@ def rows_from_results(chapter: str, experiment: str, results: Iterable[Any], *, 
                       metric: str = "epoch_time", unit: str = "s", quality: Sequence[tuple[str, str]] = (),
                       published: dict[str, float] | None = None, published_source: str | None = None,
                       **context: Any) -> list[Row]:
-    """Rows from ``helpers.measure.Result`` objects (anything with ``name``, ``samples``, ``metrics``).
-
-    The timed samples become ``metric`` rows (lower is better); each ``(metric, unit)`` in
-    ``quality`` (e.g. ``("accuracy", "%")``) becomes a row too, higher is better, taken from
-    ``result.metrics`` where present.
-    """
+    """Rows from ``helpers.measure.Result`` objects: the samples as ``metric`` rows (lower is better), and each
+    ``(metric, unit)`` of ``quality`` (e.g. ``("accuracy", "%")``) from ``result.metrics``, higher is better."""
     results = list(results)
     rows = make_rows(chapter, experiment, {r.name: list(r.samples) for r in results}, metric=metric, unit=unit,
                      baseline=baseline, published=published, published_source=published_source, **context,
@@ -192,9 +133,7 @@ def rows_from_results(chapter: str, experiment: str, results: Iterable[Any], *, 
 
 
 def _median(values: Sequence[float]) -> float:
-    s = sorted(float(v) for v in values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+    return statistics.median(float(v) for v in values)
 
 
 def _ratio(base: float | None, value: float | None, lower_is_better: bool) -> float | None:
@@ -205,19 +144,12 @@ def _ratio(base: float | None, value: float | None, lower_is_better: bool) -> fl
     return value / base if base else None
 
 
-CHECKOUT = Path(__file__).resolve().parent.parent
-"""The folder above the package: the course's checkout when helpers is installed from one (editable)."""
+CHECKOUT = Path(__file__).resolve().parent.parent  # the course's checkout when helpers is installed from one
 
 
 def results_dir() -> Path:
-    """Where rows go by default: ``$COURSE_RESULTS`` if set, else ``results/`` in the project root.
-
-    The project root is the nearest folder above the working directory holding
-    ``pyproject.toml`` (notebooks run from ``notebooks/``). A chapter that works in a scratch
-    folder elsewhere (``/tmp``) still writes to the course's checkout, the folder this package
-    was installed from; only when helpers is not installed from a checkout does it fall back to
-    the working directory.
-    """
+    """Where rows go: ``$COURSE_RESULTS``, else ``results/`` of the nearest folder above the working directory with a
+    ``pyproject.toml``, else of the checkout helpers is installed from (a chapter working in /tmp), else here."""
     env = os.environ.get("COURSE_RESULTS", "").strip()
     if env:
         return Path(env)
@@ -231,33 +163,26 @@ def results_dir() -> Path:
 
 
 def append_rows(rows: Sequence[Row], path: Path | str | None = None) -> Path:
-    """Add ``rows`` to a JSON Lines file (default ``results_dir()/rows.jsonl``).
-
-    The file is opened for appending under an exclusive lock (``fcntl.flock``) and the rows are
-    written in one call, so notebooks running side by side (``make test`` runs two) never lose
-    each other's rows, and a crash can at worst leave one incomplete last line, which
-    ``read_rows`` names.
-    """
+    """Add ``rows`` to a JSON Lines file (default ``results_dir()/rows.jsonl``) in one write, under an exclusive lock."""
     import fcntl
 
     path = Path(path) if path is not None else results_dir() / ROWS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    new = "".join(json.dumps(asdict(r), sort_keys=True, default=str) + "\n" for r in rows)
     with open(path, "a", encoding="utf-8") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
-        try:
-            f.write(new)
-            f.flush()
-            os.fsync(f.fileno())
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes
+        f.write(_lines(rows))
+        f.flush()
+        os.fsync(f.fileno())
     return path
 
 
 def write_rows(rows: Sequence[Row], path: Path | str) -> Path:
     """Write ``rows`` to a JSON Lines file, replacing it, atomically."""
-    return atomic_write_text(Path(path), "".join(json.dumps(asdict(r), sort_keys=True, default=str) + "\n"
-                                                 for r in rows))
+    return atomic_write_text(Path(path), _lines(rows))
+
+
+def _lines(rows: Sequence[Row]) -> str:
+    return "".join(json.dumps(asdict(r), sort_keys=True, default=str) + "\n" for r in rows)
 
 
 def row_from_dict(d: dict[str, Any]) -> Row:

@@ -1,9 +1,6 @@
-"""This device's ceilings, measured with torch operations alone: matmul FLOP/s, bandwidth per working set, overhead.
-
-``measure_roofs(device, mode)`` gathers them (plus launch latency, host-to-device and all-reduce rates where they
-exist), each a ``Roof``: median, min and max over rounds, sized by ``COURSE_PROFILE`` (about a second at smoke).
-``matmul_peak`` and ``math_mode`` serve ``bench``; docs/diagnosis.md says what each roof means.
-"""
+"""This device's ceilings, measured with torch operations alone: ``measure_roofs`` gives matmul FLOP/s, bandwidth
+per working set, per-op overhead (and on a GPU launch latency and host-to-device rates), each a ``Roof`` over
+rounds sized by ``COURSE_PROFILE``; ``matmul_peak`` serves ``bench``. docs/diagnosis.md says what each means."""
 
 from __future__ import annotations
 
@@ -73,9 +70,7 @@ def math_mode(device: torch.device | str, autocast: torch.dtype | None = None) -
 
 def matmul_peak(device: torch.device | str = "cpu", mode: str = "fp32", n: int | None = None,
                 repeats: int = 5) -> MatmulPeak:
-    """The best (not median) n x n matmul throughput in ``mode``, FLOP/s (n: 1024 on a CPU, 8192 elsewhere).
-
-    ``tf32`` allows TF32 for the measurement only (the caller's setting is restored); ``fp32`` forbids it."""
+    """The best (not median) n x n matmul FLOP/s in ``mode`` (n: 1024 on a CPU, else 8192); only ``tf32`` allows TF32."""
     if mode not in MATH_MODES:
         raise ValueError(f"unknown math mode {mode!r}; use one of {', '.join(MATH_MODES)}")
     device = torch.device(device)
@@ -142,22 +137,6 @@ def host_to_device(device: torch.device | str, nbytes: int, pinned: bool, rounds
     dest = torch.empty(nbytes, dtype=torch.uint8, device=device)
     name = f"host-to-device copy, {'pinned' if pinned else 'pageable'}"
     return Roof.of(name, "B/s", rates(lambda: dest.copy_(host, non_blocking=pinned), nbytes, device, rounds), nbytes)
-
-
-def allreduce(group: Any = None, nbytes: int = 16 * MIB, device: torch.device | str = "cpu", rounds: int = 3,
-              calls: int = 3) -> Roof:
-    """All-reduce bus bandwidth in bytes/s: 2(n-1)/n of ``nbytes`` crosses each rank's link per call.
-
-    Runs only inside an initialized process group of two or more ranks (ValueError otherwise); every rank calls it."""
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size(group) < 2:
-        raise ValueError("all-reduce bandwidth needs torch.distributed initialized with two or more ranks")
-    world = dist.get_world_size(group)
-    buf = torch.ones(nbytes // 4, device=device)
-    values = rates(lambda: dist.all_reduce(buf, group=group), 2 * (world - 1) / world * buf.numel() * 4, device,
-                   rounds, calls=calls)
-    return Roof.of(f"all-reduce, {world} ranks", "B/s", values, nbytes)
 
 
 @dataclass

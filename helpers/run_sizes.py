@@ -1,21 +1,6 @@
-"""Run sizes (smoke / workshop / full, chosen by ``COURSE_PROFILE``) and the data-source switch.
-
-The size of every run in the course is chosen by one environment variable,
-``COURSE_PROFILE``:
-
-* ``smoke``    -- seconds per notebook on a 2-core CPU, tiny stand-in data (what CI runs);
-* ``workshop`` -- minutes per notebook on a laptop CPU (the default);
-* ``full``     -- the book's settings (hours, usually on a GPU).
-
-``pick(smoke=..., workshop=..., full=...)`` keeps notebooks readable: the settings are
-visible at the top of each notebook and the same notebook runs in every profile.
-
-Where the data comes from is a separate switch, ``COURSE_DATA`` (``real`` or
-``standin``). It defaults to ``standin`` in the smoke profile and ``real`` otherwise.
-
-Whether a chapter runs its optional parts is a third, ``COURSE_OPTIONAL`` (``1``, the default, or
-``0``), read by ``optional_parts()``; a notebook's ``RUN_OPTIONAL`` starts from it.
-"""
+"""Run sizes and switches read from the environment: ``COURSE_PROFILE`` (smoke / workshop / full, through
+``pick(smoke=..., workshop=..., full=...)``), ``COURSE_DATA`` (real / standin) and ``COURSE_OPTIONAL`` (1 / 0).
+docs/running.md says what each size and switch means."""
 
 from __future__ import annotations
 
@@ -34,12 +19,7 @@ class ProfileError(ValueError):
 
 
 def normalize(name: str | None) -> str:
-    """A profile name as the course spells it: case and spaces ignored, empty means the default.
-
-    Every place that reads a profile (``COURSE_PROFILE``, a ``--profile`` option) goes
-    through here, so ``SMOKE`` and ``smoke`` mean the same everywhere. Unknown names raise
-    ProfileError naming the choices.
-    """
+    """A profile name as the course spells it (case and spaces ignored, empty: the default); else ProfileError."""
     value = (name or "").strip().lower() or DEFAULT_PROFILE
     if value not in PROFILES:
         raise ProfileError(
@@ -50,18 +30,17 @@ def normalize(name: str | None) -> str:
 
 
 def current_profile() -> str:
-    """Return the active profile name from ``COURSE_PROFILE`` (default ``workshop``)."""
+    """The active profile name from ``COURSE_PROFILE`` (default ``workshop``)."""
     return normalize(os.environ.get("COURSE_PROFILE"))
 
 
 def pick(*, smoke: T, workshop: T, full: T) -> T:
-    """Return the value given for the active profile."""
+    """The value given for the active profile."""
     return {"smoke": smoke, "workshop": workshop, "full": full}[current_profile()]
 
 
 def data_source(profile: str | None = None) -> str:
-    """Return ``'real'`` or ``'standin'`` from ``COURSE_DATA``; unset, the stand-in for the smoke
-    profile and the real data otherwise (``profile``, default: the active one)."""
+    """``'real'`` or ``'standin'`` from ``COURSE_DATA``; unset, the stand-in at the smoke size of ``profile``."""
     value = os.environ.get("COURSE_DATA", "").strip().lower()
     if not value:
         chosen = current_profile() if profile is None else normalize(profile)
@@ -79,10 +58,7 @@ OPTIONAL_VALUES: dict[str, bool] = {"1": True, "true": True, "yes": True, "on": 
 
 
 def optional_parts() -> bool:
-    """Whether the chapters run their optional parts: ``COURSE_OPTIONAL`` unset, ``1``, ``true``,
-    ``yes`` or ``on`` means yes (the default); ``0``, ``false``, ``no`` or ``off`` means no, the
-    path of a reader who skips them (``make test`` runs the student copies so). Anything else
-    raises ProfileError."""
+    """Whether the chapters run their optional parts: ``COURSE_OPTIONAL`` unset/1/true/yes/on, or 0/false/no/off."""
     value = os.environ.get("COURSE_OPTIONAL", "").strip().lower()
     if not value:
         return True

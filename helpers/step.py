@@ -1,11 +1,6 @@
-"""The course's one training step: clear gradients, forward and loss (optionally under autocast), backward, update.
-
-Every loop of the course steps through ``train_step``: ``helpers.training.train`` (and so every
-variant run), the DDP loop, the tuner's trials, the bench, the compile timing, the phase timing
-of ``helpers.diagnose`` and the Arc blog's workloads. The levers are its arguments (autocast
-dtype, a GradScaler, a compiled model); ``mark`` lets a caller time its phases.
-Chapter 01 writes the same step out in plain PyTorch.
-"""
+"""The course's one training step, ``train_step``: clear gradients, forward and loss (optionally under autocast),
+backward, update. Every loop steps through it (``training.train``, the DDP loop, the tuner's trials, the bench,
+the compile timing, ``diagnose.phase_times``); chapter 01 writes the same step out in plain PyTorch."""
 
 from __future__ import annotations
 
@@ -22,15 +17,10 @@ def train_step(model: Callable[..., torch.Tensor], optimizer: torch.optim.Optimi
                inputs: torch.Tensor | tuple[torch.Tensor, ...], targets: torch.Tensor, *,
                autocast_dtype: torch.dtype | None = None, scaler: torch.amp.GradScaler | None = None,
                device_type: str = "cpu", mark: Callable[[str], None] | None = None) -> torch.Tensor:
-    """One training step, the course's one: clear gradients, forward and loss (under autocast when
-    ``autocast_dtype`` is given), backward, update (through ``scaler`` when given). Returns the loss.
+    """One training step (autocast when ``autocast_dtype`` is given, the update through ``scaler``); returns the loss.
 
-    ``model`` may be a compiled module; ``inputs`` a tensor or a tuple passed as ``model(*inputs)``.
-    ``mark(phase)``, when given, is called after each phase -- "zero_grad", "forward", "loss",
-    "backward", "update" -- so a caller can time the phases (``helpers.diagnose.phase_times``,
-    the bench). ``train`` (and so every variant run), the DDP loop, the tuner's trials, the
-    bench, the compile timing and the blog's workloads all step through it.
-    """
+    ``inputs``: a tensor, or a tuple passed as ``model(*inputs)``; ``mark(phase)`` is called after each of ``PHASES``
+    (so a caller can time them)."""
     optimizer.zero_grad(set_to_none=True)
     if mark is not None:
         mark("zero_grad")

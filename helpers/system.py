@@ -1,25 +1,24 @@
-"""Machine fingerprint and OpenMP / CPU-affinity settings computed from the topology.
-
-Everything a measurement must be recorded with: CPU model, sockets, physical vs logical
-cores (SMT siblings), NUMA nodes, instruction-set flags that decide fast bf16, the OpenMP
-runtime(s) really loaded in this process (via threadpoolctl), and library versions.
-
-It also turns the topology into settings: one logical CPU per physical core for
-``GOMP_CPU_AFFINITY`` / ``KMP_AFFINITY`` proclists, and per-rank CPU sets for
-distributed jobs -- computed, never hard-coded as "0-15".
-"""
+"""The machine a result was measured on: CPU topology and flags, the OpenMP runtimes loaded, library versions,
+``fingerprint`` (stored with every result row), ``env_report`` (a chapter's first line) and the private
+``machine_id``. Reading it needs no torch until a function asks for versions."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import re
-import sys
+import secrets
+import socket
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+from .files import atomic_write_text
+
 _SYS_CPU = Path("/sys/devices/system/cpu")
+_MKL_LINE = re.compile(r"Math Kernel Library Version\s+(\d[\w.]*)")
+_ONEDNN_LINE = re.compile(r"(?:MKL-DNN|oneDNN)\s+v?(\d+(?:\.\d+)+)")
 
 
 @dataclass(frozen=True)
@@ -58,10 +57,7 @@ class Topology:
 
     def one_cpu_per_core(self) -> list[int]:
         """The first logical CPU of every physical core, ordered by socket then core."""
-        first: dict[tuple[int, int], int] = {}
-        for c in sorted(self.cpus, key=lambda c: (c.socket, c.core, c.cpu)):
-            first.setdefault((c.socket, c.core), c.cpu)
-        return list(first.values())
+        return [group[0] for group in self.smt_siblings()]
 
     def smt_siblings(self) -> list[list[int]]:
         """Logical CPUs grouped by physical core (each inner list shares one core)."""
@@ -95,10 +91,7 @@ def _cpuinfo() -> tuple[str, frozenset[str]]:
 
 
 def topology(sys_cpu: Path = _SYS_CPU) -> Topology:
-    """Read the CPU topology of the CPUs this process is allowed to use (Linux sysfs).
-
-    Falls back to psutil's counts (assuming no SMT information) on other systems.
-    """
+    """The CPUs this process may use, from Linux sysfs (elsewhere psutil's counts, without SMT siblings)."""
     try:
         allowed = sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
@@ -107,8 +100,7 @@ def topology(sys_cpu: Path = _SYS_CPU) -> Topology:
     for cpu in allowed:
         topo = sys_cpu / f"cpu{cpu}" / "topology"
         core = _read_int(topo / "core_id", default=cpu)
-        socket = _read_int(topo / "physical_package_id", default=0)
-        cpus.append(LogicalCPU(cpu=cpu, core=core, socket=socket))
+        cpus.append(LogicalCPU(cpu, core, _read_int(topo / "physical_package_id", default=0)))
     if not (sys_cpu / "cpu0" / "topology").exists():
         import psutil
 
@@ -121,52 +113,24 @@ def topology(sys_cpu: Path = _SYS_CPU) -> Topology:
 
 
 def cpu_bf16_support(flags: frozenset[str] | None = None) -> dict[str, bool]:
-    """Which bf16 features the CPU has.
-
-    ``native_bf16`` (AVX512_BF16 or AMX) means bf16 math is fast; ``ipex_bf16_prepack``
-    (AVX-512 BW/VL/DQ or AVX-NE-CONVERT) is what IPEX's bf16 weight prepacking asserts.
-    Without either, bf16 autocast still runs but is emulated and usually slower than fp32.
-    """
+    """Which bf16 features the CPU has: ``native_bf16`` (AVX512_BF16 or AMX: fast bf16 math), ``amx``,
+    ``ipex_bf16_prepack`` (AVX-512 BW/VL/DQ or AVX-NE-CONVERT, which IPEX's bf16 prepacking asserts), ``avx2``, ``avx512``."""
     flags = topology().flags if flags is None else flags
     avx512 = {"avx512bw", "avx512vl", "avx512dq"} <= flags
-    return {
-        "native_bf16": bool({"avx512_bf16", "amx_bf16"} & flags),
-        "amx": "amx_bf16" in flags,
-        "ipex_bf16_prepack": avx512 or "avx_ne_convert" in flags,
-        "avx2": "avx2" in flags,
-        "avx512": "avx512f" in flags,
-    }
+    return {"native_bf16": bool({"avx512_bf16", "amx_bf16"} & flags), "amx": "amx_bf16" in flags,
+            "ipex_bf16_prepack": avx512 or "avx_ne_convert" in flags, "avx2": "avx2" in flags,
+            "avx512": "avx512f" in flags}
 
 
 def openmp_runtimes() -> list[dict[str, str]]:
-    """OpenMP runtimes loaded into this process (GNU libgomp, Intel libiomp5, LLVM libomp).
-
-    Several can be loaded at once (torch links libgomp; LD_PRELOAD may add libiomp5), so
-    this list shows what is present, not which one serves torch's parallel regions.
-    """
+    """OpenMP runtimes loaded into this process (several can be: torch links libgomp, LD_PRELOAD may add libiomp5)."""
     from threadpoolctl import threadpool_info
 
     import torch  # noqa: F401  -- make sure torch's runtime is loaded before we look
 
-    seen = []
-    for info in threadpool_info():
-        if info.get("user_api") == "openmp":
-            seen.append({
-                "library": Path(info.get("filepath", "")).name,
-                "internal_api": str(info.get("internal_api", "")),
-                "version": str(info.get("version") or ""),
-                "num_threads": str(info.get("num_threads", "")),
-            })
-    return seen
-
-
-def intel_openmp_library() -> Path | None:
-    """Path of Intel's libiomp5.so installed by the ``intel-openmp`` wheel, if present."""
-    for prefix in {sys.prefix, sys.base_prefix}:
-        candidate = Path(prefix) / "lib" / "libiomp5.so"
-        if candidate.exists():
-            return candidate
-    return None
+    return [{"library": Path(info.get("filepath", "")).name, "internal_api": str(info.get("internal_api", "")),
+             "version": str(info.get("version") or ""), "num_threads": str(info.get("num_threads", ""))}
+            for info in threadpool_info() if info.get("user_api") == "openmp"]
 
 
 def _version(dist: str) -> str:
@@ -180,27 +144,14 @@ def library_versions() -> dict[str, str]:
     """Versions of the libraries that decide performance, read without importing IPEX/NNI."""
     import torch
 
-    versions = {
-        "python": platform.python_version(),
-        "torch": torch.__version__,
-        "torchvision": _version("torchvision"),
-        "intel-extension-for-pytorch": _version("intel-extension-for-pytorch"),
-        "nni": _version("nni"),
-        "torch-pruning": _version("torch-pruning"),
-        "cuda": str(torch.version.cuda),
-        "mkldnn": str(torch.backends.mkldnn.is_available()),
-    }
-    versions.update(build_versions(torch.__config__.show()))
-    return versions
-
-
-_MKL_LINE = re.compile(r"Math Kernel Library Version\s+(\d[\w.]*)")
-_ONEDNN_LINE = re.compile(r"(?:MKL-DNN|oneDNN)\s+v?(\d+(?:\.\d+)+)")
+    return {"python": platform.python_version(), "torch": torch.__version__,
+            **{dist: _version(dist) for dist in ("torchvision", "intel-extension-for-pytorch", "nni", "torch-pruning")},
+            "cuda": str(torch.version.cuda), "mkldnn": str(torch.backends.mkldnn.is_available()),
+            **build_versions(torch.__config__.show())}
 
 
 def build_versions(config: str) -> dict[str, str]:
-    """MKL and oneDNN versions from ``torch.__config__.show()`` text, e.g.
-    ``{"mkl": "2024.2", "onednn": "3.7.1"}``; a library the text does not name is left out."""
+    """MKL and oneDNN versions named in ``torch.__config__.show()`` text, e.g. ``{"mkl": "2024.2", "onednn": "3.7.1"}``."""
     found = {}
     for line in config.splitlines():
         if "mkl" not in found and (m := _MKL_LINE.search(line)):
@@ -210,234 +161,113 @@ def build_versions(config: str) -> dict[str, str]:
     return found
 
 
+DIST_NAME = "accelerate-course-helpers"
+SYS_PLATFORMS: dict[str, str] = {"Linux": "linux", "Darwin": "darwin", "Windows": "win32"}
+PLATFORM_LABELS: dict[tuple[str, str], str] = {
+    ("Linux", "x86_64"): "Linux x86-64", ("Linux", "aarch64"): "Linux aarch64", ("Linux", "arm64"): "Linux aarch64",
+    ("Darwin", "arm64"): "macOS arm64", ("Windows", "AMD64"): "Windows x86-64", ("Windows", "x86_64"): "Windows x86-64",
+}
+
+
+def platform_label(plat: dict[str, object]) -> str:
+    """'Linux x86-64', 'Linux aarch64', 'macOS arm64', 'Windows x86-64', else 'SYSTEM MACHINE'."""
+    system, machine = str(plat.get("system", "")), str(plat.get("machine", ""))
+    return PLATFORM_LABELS.get((system, machine), f"{system} {machine}".strip() or "unknown platform")
+
+
+def marker_environment(system: str | None = None, machine: str | None = None) -> dict[str, str]:
+    """This Python's marker environment as it reads on ``system``/``machine`` (when given)."""
+    from packaging.markers import default_environment
+
+    env = dict(default_environment())
+    if system is not None:
+        env.update(platform_system=system, sys_platform=SYS_PLATFORMS.get(system, system.lower()),
+                   os_name="nt" if system == "Windows" else "posix")
+    if machine is not None:
+        env["platform_machine"] = machine
+    return env
+
+
+def left_out_pins(system: str | None = None, machine: str | None = None, dist: str = DIST_NAME) -> list[str]:
+    """The course's pins whose environment markers leave them out on this (or that) platform; extras not counted."""
+    from packaging.requirements import Requirement
+
+    try:
+        reqs = metadata.requires(dist) or []
+    except metadata.PackageNotFoundError:
+        return []
+    env = {**marker_environment(system, machine), "extra": ""}
+    out = {r.name for r in map(Requirement, reqs)
+           if r.marker is not None and "extra" not in str(r.marker) and not r.marker.evaluate(env)}
+    return sorted(out)
+
+
+def _accelerators() -> list[str]:
+    import torch
+
+    for kind in ("cuda", "xpu"):
+        module = getattr(torch, kind, None)
+        if module is not None and module.is_available():
+            return [module.get_device_name(i) for i in range(module.device_count())]
+    return []
+
+
 def fingerprint() -> dict[str, object]:
     """Everything a result must be stored with: hardware, topology, runtimes, versions."""
     import torch
 
     topo = topology()
-    gpus = []
-    if torch.cuda.is_available():
-        gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-    elif hasattr(torch, "xpu") and torch.xpu.is_available():
-        gpus = [torch.xpu.get_device_name(i) for i in range(torch.xpu.device_count())]
-    return {
-        "cpu_model": topo.model,
-        "sockets": topo.sockets,
-        "physical_cores": topo.physical_cores,
-        "logical_cores": topo.logical_cores,
-        "threads_per_core": topo.threads_per_core,
-        "numa_nodes": topo.numa_nodes,
-        "bf16": cpu_bf16_support(topo.flags),
-        "torch_threads": torch.get_num_threads(),
-        "openmp": [rt["library"] for rt in openmp_runtimes()],
-        "accelerators": gpus,
-        "os": f"{platform.system()} {platform.release()}",
-        "versions": library_versions(),
-    }
+    return {"cpu_model": topo.model, "sockets": topo.sockets, "physical_cores": topo.physical_cores,
+            "logical_cores": topo.logical_cores, "threads_per_core": topo.threads_per_core,
+            "numa_nodes": topo.numa_nodes, "bf16": cpu_bf16_support(topo.flags), "torch_threads": torch.get_num_threads(),
+            "openmp": [rt["library"] for rt in openmp_runtimes()], "accelerators": _accelerators(),
+            "os": f"{platform.system()} {platform.release()}", "versions": library_versions()}
 
 
 def env_report() -> str:
     """One line describing the machine, for the first cell of every notebook."""
     import torch
 
-    topo = topology()
-    accel = "no GPU"
-    if torch.cuda.is_available():
-        accel = f"{torch.cuda.device_count()}x {torch.cuda.get_device_name(0)}"
-    elif hasattr(torch, "xpu") and torch.xpu.is_available():
-        accel = f"{torch.xpu.device_count()}x {torch.xpu.get_device_name(0)}"
+    topo, gpus = topology(), _accelerators()
+    accel = f"{len(gpus)}x {gpus[0]}" if gpus else "no GPU"
     return (
         f"torch {torch.__version__} | {topo.model} | {topo.physical_cores} physical / "
         f"{topo.logical_cores} logical cores | {torch.get_num_threads()} torch threads | {accel}"
     )
 
 
-def gomp_cpu_affinity(cpus: list[int]) -> str:
-    """Value for GNU OpenMP's ``GOMP_CPU_AFFINITY``: thread i is bound to cpus[i]."""
-    if not cpus:
-        raise ValueError("gomp_cpu_affinity needs at least one CPU")
-    return " ".join(str(c) for c in cpus)
+def cache_dir() -> Path:
+    """The course's per-user cache folder (``~/.cache/accelerate-course``), as the Makefile uses."""
+    return Path.home() / ".cache" / "accelerate-course"
 
 
-def kmp_affinity(cpus: list[int]) -> str:
-    """Value for Intel OpenMP's ``KMP_AFFINITY`` binding thread i to cpus[i]."""
-    if not cpus:
-        raise ValueError("kmp_affinity needs at least one CPU")
-    return f"granularity=fine,proclist=[{','.join(str(c) for c in cpus)}],explicit"
+def _machine_identity() -> str:
+    for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
+        try:
+            text = Path(source).read_text().strip()
+        except OSError:
+            continue
+        if text:
+            return text
+    import uuid
+
+    return str(uuid.getnode())  # the network hardware address, where there is no machine-id
 
 
-OPENMP_VARIANTS: tuple[str, ...] = ("gnu-default", "gnu-bound", "intel")
-
-
-def openmp_env(variant: str, threads: int, topo: Topology | None = None) -> dict[str, str]:
-    """Environment variables for one OpenMP variant, for a *fresh* process.
-
-    * ``gnu-default``: only OMP_NUM_THREADS (the runtime places threads as it likes);
-    * ``gnu-bound``: GNU OpenMP with threads bound one per physical core
-      (OMP_PROC_BIND, GOMP_CPU_AFFINITY from the topology). The book also set
-      OMP_SCHEDULE=STATIC; it is left out because it only sets the schedule of loops declared
-      ``schedule(runtime)``, and PyTorch's own parallel loops split their range by thread
-      number themselves (ATen/ParallelOpenMP.h), so it changes nothing for them;
-    * ``intel``: Intel's libiomp5 through LD_PRELOAD, KMP_AFFINITY proclist, KMP_BLOCKTIME=0.
-
-    OpenMP reads these once at start-up, so they only take effect in a new process.
-    """
-    topo = topo or topology()
-    if variant not in OPENMP_VARIANTS:
-        raise ValueError(f"Unknown OpenMP variant {variant!r}; use one of {', '.join(OPENMP_VARIANTS)}.")
-    if threads < 1:
-        raise ValueError("threads must be at least 1")
-    cores = topo.one_cpu_per_core()
-    siblings = [cpu for group in topo.smt_siblings() for cpu in group[1:]]
-    cpus = (cores + siblings)[:threads]
-    if threads > len(cpus):
-        raise ValueError(
-            f"{threads} threads requested but only {len(cpus)} logical CPUs are available to this process."
-        )
-    env = {"OMP_NUM_THREADS": str(threads)}
-    if variant == "gnu-bound":
-        env.update({"OMP_PROC_BIND": "TRUE", "GOMP_CPU_AFFINITY": gomp_cpu_affinity(cpus)})
-    elif variant == "intel":
-        lib = intel_openmp_library()
-        if lib is None:
-            raise RuntimeError(
-                "Intel OpenMP (libiomp5.so) is not installed in this environment. "
-                "Install it with `pip install intel-openmp` (Linux x86_64 only)."
-            )
-        env.update({
-            "LD_PRELOAD": str(lib),
-            "KMP_AFFINITY": kmp_affinity(cpus),
-            "KMP_BLOCKTIME": "0",
-        })
-    return env
-
-
-# The probe child: the course's child-process protocol (helpers.children) on a copy of the real
-# stdout, with the C-level stdout sent to stderr, so that what the OpenMP runtimes print (GNU's
-# settings at load, Intel's at its first parallel region, the per-thread affinity lines of
-# OMP_DISPLAY_AFFINITY, which Intel's runtime writes to stdout) all lands in the child's stderr.
-_PROBE = ("import os; protocol = os.fdopen(os.dup(1), 'w'); os.dup2(2, 1); "
-          "from helpers.system import _serve_probe; _serve_probe(protocol)")
-
-
-def _serve_probe(protocol: object) -> None:
-    """The probe child: import torch, then run a few parallel operators per request."""
-    import ctypes
-
-    from .children import serve
-    from .startup import exit_without_collection, import_frozen
-
-    import_frozen("torch")  # starts sooner (see helpers.startup)
-    import torch
-
-    def handle(request: dict[str, object]) -> dict[str, object]:
-        x = torch.ones(512, 512)
-        for _ in range(3):
-            torch.relu(x @ x).sum()
-        ctypes.CDLL(None).fflush(None)  # the runtimes' buffered C stdio reaches stderr now
-        return {"torch_threads": torch.get_num_threads()}
-
-    serve(handle, stdout=protocol)
-    exit_without_collection()
-
-
-def _display_blocks(text: str) -> list[list[str]]:
-    blocks, current = [], None
-    for line in text.splitlines():
-        if "OPENMP DISPLAY ENVIRONMENT BEGIN" in line:
-            current = []
-        elif "OPENMP DISPLAY ENVIRONMENT END" in line:
-            if current is not None:
-                blocks.append(current)
-            current = None
-        elif current is not None:
-            current.append(line.strip())
-    return blocks
-
-
-def _settings(lines: list[str]) -> dict[str, str]:
-    out = {}
-    for line in lines:
-        line = line.removeprefix("[host]").strip()
-        for sep in (" = ", "="):
-            key, found, value = line.partition(sep)
-            if found and key.strip().lstrip("_").replace("_", "").isalnum() and key.strip().isupper():
-                out.setdefault(key.strip(), value.strip().strip("'"))
-                break
-    return out
-
-
-_GNU_AFFINITY = re.compile(r"^level \d+ thread \S+ affinity (\S+)$")
-_INTEL_AFFINITY = re.compile(r"^OMP: pid \d+ tid \d+ thread (\d+) bound to OS proc set \{([^}]*)\}$")
-
-
-def parse_openmp_display(text: str) -> dict[str, object]:
-    """What the OpenMP runtimes printed under OMP_DISPLAY_ENV=VERBOSE and OMP_DISPLAY_AFFINITY=TRUE.
-
-    GNU libgomp prints its settings when it is loaded (torch always loads it) as ``KEY = 'value'``;
-    Intel's libiomp5 prints its own (``[host] KEY='value'``) only when it initialises, i.e. when it
-    really runs a parallel region. Each runtime that runs a parallel region prints one affinity
-    line per thread: the CPUs the thread is allowed on, as the runtime applied its binding.
-    Returns ``served_by``, ``intel_initialised``, ``gnu_loaded``, ``gnu_settings``,
-    ``intel_settings``, ``settings`` (those of the runtime that served), ``bound_to`` (one CPU
-    set per thread as the runtime printed it, e.g. ``["0", "1"]``, ``["0-1", "0-1"]`` or
-    ``["0,1", "0,1"]``) and ``binding`` (one line, from ``binding_summary``).
-    """
-    gnu, intel = {}, {}
-    for block in _display_blocks(text):
-        if any(line.startswith("[host]") for line in block):
-            intel = _settings(block)
-        else:
-            gnu = _settings(block)
-    bound: dict[int, str] = {}
-    gnu_threads: list[str] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if m := _INTEL_AFFINITY.match(line):
-            bound.setdefault(int(m.group(1)), m.group(2))
-        elif m := _GNU_AFFINITY.match(line):
-            gnu_threads.append(m.group(1))
-    bound_to = [bound[i] for i in sorted(bound)] if bound else gnu_threads
-    served = "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown"
-    return {"served_by": served, "intel_initialised": bool(intel), "gnu_loaded": bool(gnu),
-            "gnu_settings": gnu, "intel_settings": intel, "settings": intel or gnu,
-            "bound_to": bound_to, "binding": binding_summary(bound_to)}
-
-
-def binding_summary(bound_to: list[str]) -> str:
-    """One line for the per-thread CPU sets a runtime reported: pinned one CPU each, or not."""
-    if not bound_to:  # PyTorch runs a one-thread team's work without opening a parallel region
-        return "not reported (no parallel region with more than one thread ran)"
-    single = all(re.fullmatch(r"\d+", cpus.strip()) for cpus in bound_to)
-    if single and len(set(bound_to)) == len(bound_to):
-        return "pinned, one CPU each: " + ", ".join(f"thread {i} on {c}" for i, c in enumerate(bound_to))
-    if len(set(bound_to)) == 1:
-        return f"not pinned: every thread may run on CPUs {bound_to[0]}"
-    return "; ".join(f"thread {i} on {c}" for i, c in enumerate(bound_to))
-
-
-def openmp_in_fresh_processes(envs: dict[str, dict[str, str] | None], timeout: float = 120) -> dict[str, dict[str, object]]:
-    """Which OpenMP runtime serves torch's parallel regions, and how it bound its threads, in a
-    new process per entry of ``envs`` (name -> extra environment variables), keyed the same way.
-
-    Each process runs with OMP_DISPLAY_ENV=VERBOSE and OMP_DISPLAY_AFFINITY=TRUE and computes a
-    few parallel operators; ``parse_openmp_display`` reads what the runtimes printed. A probe
-    times nothing, so the processes start side by side (``helpers.children``).
-    """
-    from .children import Children
-
-    if not envs:
-        return {}
-    shown = {"OMP_DISPLAY_ENV": "VERBOSE", "OMP_DISPLAY_AFFINITY": "TRUE"}
-    commands = {name: ([sys.executable, "-c", _PROBE], {**(env or {}), **shown}) for name, env in envs.items()}
-    out = {}
-    with Children(commands, startup_timeout=timeout) as kids:
-        for name in envs:
-            threads = kids.ask(name, {}, timeout=timeout)["torch_threads"]
-            out[name] = {**parse_openmp_display(kids.stderr(name)), "torch_threads": threads}
-    return out
-
-
-def openmp_in_fresh_process(env: dict[str, str] | None = None, timeout: float = 120) -> dict[str, object]:
-    """``openmp_in_fresh_processes`` for one environment (see there)."""
-    return openmp_in_fresh_processes({"probe": env}, timeout)["probe"]
+def machine_id(cache: Path | str | None = None) -> str:
+    """A short hash naming this machine without revealing it: ``sha256(salt | machine-id | host name)``, the salt
+    made once and kept in ``cache`` (default ``cache_dir()``), so machines sharing a home folder still differ."""
+    folder = Path(cache) if cache is not None else cache_dir()
+    salt_file = folder / "machine-salt"
+    try:
+        salt = salt_file.read_text().strip()
+    except OSError:
+        salt = ""
+    if not salt:
+        salt = secrets.token_hex(16)
+        try:
+            atomic_write_text(salt_file, salt + "\n")
+        except OSError:  # a read-only home: the id still works for this process
+            pass
+    digest = hashlib.sha256(f"{salt}|{_machine_identity()}|{socket.gethostname()}".encode()).hexdigest()
+    return digest[:16]

@@ -1,8 +1,5 @@
-"""Small result tables that print as aligned text and render as HTML in notebooks.
-
-Used by every module that reports numbers, so a table looks the same everywhere and can be
-written to CSV. (No pandas dependency: a course table has a few rows.)
-"""
+"""Small result tables that print as aligned text, render as HTML and Markdown in notebooks and write CSV: every
+module that reports numbers uses ``Table``, so a table looks the same everywhere (no pandas: a table is small)."""
 
 from __future__ import annotations
 

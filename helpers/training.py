@@ -1,15 +1,6 @@
-"""Train and evaluate: seeded, shuffled, timed per epoch, resumable.
-
-``train`` runs epochs over a DataLoader with optional autocast, GradScaler and
-torch.compile, shows a tqdm.auto progress bar (set ``TQDM_DISABLE=1`` to hide it), and,
-given a checkpoint path, writes atomic checkpoints that ``train`` resumes from -- also
-in the middle of an epoch, with the same data order, so an interrupted run ends with the
-same weights as an uninterrupted one. Ctrl-C (or the notebook's interrupt button)
-finishes the current step and saves a checkpoint before stopping.
-
-Each step is the course's one training step (``helpers.step.train_step``); checkpoint files
-are ``helpers.checkpoints``; measuring variants with the course protocol is ``helpers.variants``.
-"""
+"""Train and evaluate: ``train`` runs timed epochs through ``step.train_step`` (autocast, GradScaler,
+torch.compile as options) with a tqdm bar (``TQDM_DISABLE=1`` hides it), writing checkpoints it resumes from,
+mid-epoch too, and saving one on Ctrl-C (docs/running.md); ``evaluate`` scores a model in eval mode."""
 
 from __future__ import annotations
 
@@ -36,8 +27,7 @@ class StopTraining(Exception):
 
 @dataclass
 class TrainResult:
-    """What a training run did: per-epoch wall times, mean losses, seconds spent waiting for
-    the next batch (``data_wait``), optimizer steps and the resume point."""
+    """Per-epoch wall times, mean losses and seconds waiting for batches (``data_wait``), steps, the resume point."""
 
     epoch_times: list[float] = field(default_factory=list)
     epoch_losses: list[float] = field(default_factory=list)
@@ -64,9 +54,7 @@ def set_loader_epoch(loader: Iterable, epoch: int, start: int) -> bool:
 
 
 class _CtrlC:
-    """Ctrl-C (or Jupyter's interrupt) as a request: ``requested`` turns True and the training loop
-    stops after the step in flight, with a consistent checkpoint. A second Ctrl-C stops at once.
-    Off the main thread (where no signal handler can be set) it does nothing."""
+    """Ctrl-C as a request: ``requested`` turns True (a second Ctrl-C stops at once); off the main thread, nothing."""
 
     def __init__(self) -> None:
         self.requested = False
@@ -88,7 +76,7 @@ class _CtrlC:
 
 
 def _progress_bar(loader: Iterable, epochs: int, max_steps_per_epoch: int | None, desc: str, show: bool) -> Any:
-    """A tqdm.auto bar over every step of the run (its length unknown for a loader without len)."""
+    """A tqdm.auto bar over every step of the run."""
     from tqdm.auto import tqdm
 
     try:
@@ -106,8 +94,7 @@ def _progress_bar(loader: Iterable, epochs: int, max_steps_per_epoch: int | None
 
 
 def _epoch_batches(loader: Iterable, epoch: int, skip: int) -> Iterable:
-    """The batches of ``epoch`` from batch ``skip`` on: the sampler skips ahead when it can (the
-    course's loaders), else the first ``skip`` batches are drawn and dropped (same order)."""
+    """The batches of ``epoch`` from batch ``skip`` on (the sampler skips ahead, or the batches are drawn and dropped)."""
     if not skip:
         set_loader_epoch(loader, epoch, 0)
         return iter(loader)
@@ -125,16 +112,8 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
           write_checkpoints: bool = True) -> TrainResult:
     """Train ``model`` for ``epochs`` epochs and return per-epoch times and losses.
 
-    * ``autocast_dtype``: run forward and loss under ``torch.autocast`` with this dtype;
-    * ``grad_scaler``: scale the loss with ``torch.amp.GradScaler`` (fp16 on GPUs);
-    * ``compile``: True or a mode name ('default', 'reduce-overhead', 'max-autotune');
-    * ``checkpoint``: file to write every ``checkpoint_every`` steps, at every epoch end and
-      on Ctrl-C (after the step in flight), and to resume from when it exists and
-      ``resume`` is True;
-    * ``stop_after``: raise StopTraining after this many steps of this call (for tests);
-    * ``write_checkpoints=False``: read the checkpoint but never write it (DDP ranks other
-      than 0, which hold identical replicas).
-    """
+    ``compile``: True or a mode name; ``checkpoint``: written every ``checkpoint_every`` steps, each epoch's end and on
+    Ctrl-C, resumed from; ``stop_after``: raise StopTraining after that many steps; ``write_checkpoints=False``: DDP."""
     if epochs < 1:
         raise ValueError("epochs must be >= 1")
     device = torch.device(device)

@@ -1,7 +1,6 @@
-"""Measuring training variants with the course protocol: ``run_variant`` (fresh seeded model per repeat,
-first epoch apart), ``fresh_process_rounds`` (arms that need processes of their own: a new process per arm
-and round, started side by side before the round, untimed, then asked in the design's order) and
-``fresh_rounds`` (the book's CNN under per-arm environments, e.g. OpenMP settings)."""
+"""Training variants measured with the course protocol: ``run_variant`` (a fresh seeded model per repeat, first
+epoch apart), ``fresh_process_rounds`` (a new process per arm and round, started untimed before the round) and
+``fresh_rounds`` (the book's CNN under per-arm environments; ``python -m helpers.variants`` is its worker)."""
 
 from __future__ import annotations
 
@@ -14,18 +13,21 @@ import time
 from dataclasses import asdict
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-if __name__ == "__main__":  # a variant's own process (python -m helpers.variants), not an import
-    from .startup import import_frozen
+if __name__ == "__main__":  # a variant's worker process (helpers.processes)
+    from .processes import worker_main
 
-    import_frozen("torch")  # starts sooner (see helpers.startup)
+    worker_main("helpers.variants")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from .measure import Result, Rounds, interleaved  # noqa: E402
+from .processes import Children  # noqa: E402
+from .seeds import set_seed  # noqa: E402
+from .training import LossFn, evaluate, train  # noqa: E402
 
-from .measure import Result, Rounds, interleaved
-from .seeds import set_seed
-from .training import LossFn, evaluate, train
+FRESH_PROCESS_OPTIONS = ("name", "dataset", "epochs", "repeats", "batch_size", "lr", "train_size", "test_size",
+                         "threads", "no_bias", "seed")
 
 
 def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: Iterable,
@@ -33,14 +35,8 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
                 make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
                 loss_fn: LossFn | None = None, device: torch.device | str = "cpu", seed: int = 0,
                 settings: dict[str, Any] | None = None, **train_kwargs: Any) -> Result:
-    """Measure one training variant with the course protocol.
-
-    Every repeat builds a fresh model with the same seed, trains ``epochs`` epochs and
-    evaluates it. The first epoch of each repeat is reported as warm-up; the timed sample
-    is the median time of the remaining epochs. Metrics: accuracy and loss (median over
-    repeats), total training time, optimizer steps and the steady-state seconds per epoch
-    spent waiting for data (``data_wait_s``).
-    """
+    """Train a fresh seeded model ``repeats`` times: warm-up = each first epoch, sample = the median of the rest;
+    metrics (median over repeats): accuracy, loss, ``total_s``, ``steps`` and ``data_wait_s`` per epoch."""
     if epochs < 2:
         raise ValueError("run_variant needs epochs >= 2 to keep the first (warm-up) epoch apart")
     if repeats < 1:
@@ -74,23 +70,18 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
     return Result(name=name, samples=samples, warmup=warm, metrics=metrics, settings=dict(settings or {}))
 
 
-# ----------------------------------------------------------------------------------------
-# Training variants in fresh processes: OpenMP and friends read their settings at start-up.
-# ----------------------------------------------------------------------------------------
+def worker(argv: list[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The worker: build the data once, then train a fresh model for every request (one round)."""
+    from . import data, models, system
 
-def _serve_variant(args: argparse.Namespace) -> None:
-    """The child: build the data once, then train a fresh model for every request (one round)."""
-    from . import children, data, models, system
-
+    args = _parser().parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
     train_ds = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
     test_ds = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
     train_loader = data.make_loader(train_ds, args.batch_size, train=True, seed=args.seed)
     test_loader = data.make_loader(test_ds, 256, train=False)
-    # torch.optim loads its compiler hooks on the first optimizer call (most of a second): do that
-    # now, while the other variants start up too, so that no round pays for it.
-    torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()  # its hooks load now, not in a round
 
     def one_round(request: dict[str, Any]) -> dict[str, Any]:
         started = time.time()
@@ -102,17 +93,12 @@ def _serve_variant(args: argparse.Namespace) -> None:
                 "openmp": system.openmp_runtimes(), "standin": data.is_standin(train_ds),
                 "trained": [started, time.time()]}  # wall clock: when this process trained (and evaluated)
 
-    children.serve(one_round)
-
-
-# The options of the fresh-process command line (``fresh_argv`` checks against these).
-FRESH_PROCESS_OPTIONS = ("name", "dataset", "epochs", "repeats", "batch_size", "lr", "train_size", "test_size",
-                         "threads", "no_bias", "seed")
+    return one_round
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m helpers.variants",
-                                description="Train the book's CNN in a child process of helpers.children: "
+                                description="Train the book's CNN in a child process of helpers.processes: "
                                             "one fresh model per request line, one JSON result line each.")
     p.add_argument("--name", default="variant")
     p.add_argument("--dataset", default="fashionmnist", choices=["fashionmnist", "cifar10"])
@@ -146,12 +132,11 @@ def fresh_process_rounds(commands: Mapping[str, tuple[Sequence[str], Mapping[str
                          request: Mapping[str, Any] | None = None, rounds: int | None = None, *,
                          value: Callable[[dict[str, Any]], Any] | None = None, timeout: float = 3600,
                          progress: bool = True, max_reruns: int | None = None, fresh_cache: bool = False,
-                         desc: str = "fresh-process rounds") -> tuple[Rounds, dict[str, Any]]:
-    """Arms ``{name: (argv, env)}`` that speak ``helpers.children``'s protocol, compared in interleaved rounds
-    with a NEW process per arm and round; ``value(payload)`` is the timed value (default: its Result).
+                         desc: str = "fresh-process rounds", requests: Mapping[str, Mapping[str, Any]] | None = None,
+                         attempts: int | None = None) -> tuple[Rounds, dict[str, Any]]:
+    """Workers ``{name: (argv, env)}`` (``helpers.processes``) in ``interleaved`` rounds, a NEW process per arm and
+    round, asked ``requests[name]`` (else ``request``); ``value(payload)`` is the timed value (default: its Result).
     ``fresh_cache``: each process gets its own empty Inductor (and Triton) cache, removed after its round."""
-    from .children import Children
-
     facts: dict[str, Any] = {}
     live: dict[str, Any] = {}
     value = value or result_from_payload
@@ -181,14 +166,14 @@ def fresh_process_rounds(commands: Mapping[str, tuple[Sequence[str], Mapping[str
 
     def runner(name: str) -> Callable[[], Any]:
         def run() -> Any:
-            payload = live["kids"].ask(name, dict(request or {}), timeout=timeout)
+            payload = live["kids"].ask(name, dict((requests or {}).get(name, request) or {}), timeout=timeout)
             facts[name] = {k: v for k, v in payload.items() if k != "result"}
             return value(payload)
         return run
 
     try:
         res = interleaved({name: runner(name) for name in commands}, rounds, progress=progress,
-                          max_reruns=max_reruns, desc=desc, before_round=start, after_round=stop)
+                          max_reruns=max_reruns, desc=desc, attempts=attempts, before_round=start, after_round=stop)
     finally:
         stop()
     return res, facts
@@ -234,13 +219,3 @@ def result_from_payload(payload: dict[str, Any]) -> Result:
     r = payload["result"]
     return Result(r["name"], r["samples"], r["warmup"], r["metrics"], r["settings"])
 
-
-def main(argv: list[str] | None = None) -> None:
-    _serve_variant(_parser().parse_args(argv))
-
-
-if __name__ == "__main__":
-    from .startup import exit_without_collection
-
-    main()
-    exit_without_collection()

@@ -11,13 +11,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
-ROUNDS = 8
-"""Default interleaved rounds. At the noise measured on the Zen 3 reference VM (chapter 01's A/A: 12.4% per
-variant and round, so 17.5% for a log ratio) 8 rounds can see about 27% and 12 about 20% (``detectable``)."""
-
-MIN_ROUNDS = 6
-"""Below this many paired rounds no 95% signed-rank interval exists: every verdict says so."""
-
+ROUNDS = 8  # default interleaved rounds: at the reference VM's noise they can see about 27% (12 rounds: 20%)
+MIN_ROUNDS = 6  # below this many paired rounds no 95% signed-rank interval exists
 MIN_EFFECT = 0.02
 POWER = 0.80
 NO_DIFFERENCE = "no measurable difference"
@@ -165,12 +160,9 @@ class Verdict:
 
 def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: float = MIN_EFFECT,
             higher_is_better: bool = False, confidence: float = 0.95, noise: float | None = None) -> Verdict:
-    """The course's one rule over paired per-round values (lower is better unless ``higher_is_better``).
-
-    Ratio: the Hodges-Lehmann estimate of baseline/variant, inside its exact signed-rank interval. "faster"
-    when the interval lies above ``1 + min_effect``, "slower" below ``1 - min_effect``, else no measurable
-    difference; ``noise`` (SD of log ratios, default this pair's own) sizes ``detectable``.
-    """
+    """The course's one rule over paired per-round values (lower is better unless ``higher_is_better``): the
+    Hodges-Lehmann ratio in its exact signed-rank interval, "faster"/"slower" when it all lies beyond ``min_effect``;
+    ``noise`` (SD of log ratios, default this pair's own) sizes ``detectable``."""
     if len(baseline) != len(variant):
         raise ValueError(f"paired rounds needed: {len(baseline)} baseline values, {len(variant)} variant values")
     if not baseline:

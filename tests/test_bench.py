@@ -25,10 +25,10 @@ def test_option_errors_list_choices():
 
 def test_time_steps_phases_and_flops():
     t = bench.time_steps("resnet18", device=torch.device("cpu"), batch=2, size=32, warmup=1, steps=3)
-    assert len(t.total) == 3 and list(t.phases) == list(bench.PHASES) and t.phase_method == "clock"
-    assert all(len(v) == 3 for v in t.phases.values())
-    assert sum(t.phases[p][0] for p in bench.PHASES) == pytest.approx(t.total[0], rel=1e-6)
-    assert t.mean_ms == pytest.approx(1e3 * sum(t.total) / 3) and t.median_ms == pytest.approx(1e3 * sorted(t.total)[1])
+    phases = t.settings["phases"]
+    assert t.name == "resnet18" and t.settings["device"] == "cpu" and t.settings["phase_method"] == "clock"
+    assert len(t.samples) == 3 and list(phases) == list(bench.PHASES) and all(len(v) == 3 for v in phases.values())
+    assert sum(phases[p][0] for p in bench.PHASES) == pytest.approx(t.samples[0], rel=1e-6)
     # forward + backward: every convolution and matmul three times (forward, input and weight gradient), except
     # the input gradient of the first convolution (the images need none) -- the forward counted here on its own
     from torch.utils.flop_counter import FlopCounterMode
@@ -39,7 +39,7 @@ def test_time_steps_phases_and_flops():
     with counter, torch.no_grad():
         models.torchvision_model("resnet18", num_classes=1000)(torch.randn(2, 3, 32, 32))
     conv1 = 2 * 2 * (64 * 16 * 16) * (3 * 7 * 7)  # batch 2, 64 channels of 16x16 outputs, 3x7x7 inputs each
-    assert t.flops_per_step == 3 * counter.get_total_flops() - conv1
+    assert t.metrics["flops_per_step"] == 3 * counter.get_total_flops() - conv1
     table = bench.results_table([t], peak=roofs.MatmulPeak(1e15, "fp32", 1024, 5))
     row = table.as_dicts()[0]
     assert row["model"] == "resnet18" and 0 < row["% of fp32 matmul peak"] < 100
@@ -117,8 +117,8 @@ def test_peak_in_the_same_math_mode(monkeypatch):
 
 
 def test_share_above_peak_is_explained_and_rows_carry_it():
-    fake = bench.StepTimes("resnet18", "cpu", [0.010, 0.011, 0.012], {p: [0.002] * 3 for p in bench.PHASES},
-                           flops_per_step=int(2e9))
+    fake = bench.step_times("resnet18", "cpu", [0.010, 0.011, 0.012], {p: [0.002] * 3 for p in bench.PHASES},
+                            flops_per_step=int(2e9))
     table = bench.results_table([fake], peak=roofs.MatmulPeak(1e11, "bf16", 1024, 5))
     assert table.as_dicts()[0]["% of bf16 matmul peak"] == pytest.approx(100 * 2e9 / 0.011 / 1e11)
     assert "Above 100% (resnet18)" in table.note and "bf16 matmul" in table.note
@@ -139,8 +139,7 @@ def test_share_above_peak_is_explained_and_rows_carry_it():
 
 def test_published_ratios_use_your_median_not_the_mean():
     # One 9.7 s step among 0.9 s steps: the mean triples, the median stays (the chapter's workshop run).
-    fake = bench.StepTimes("resnet18", "cpu", [0.9] * 19 + [9.7])
-    assert fake.mean_ms == pytest.approx(1340.0) and fake.median_ms == pytest.approx(900.0)
+    fake = bench.step_times("resnet18", "cpu", [0.9] * 19 + [9.7])
     table = bench.published_table([fake])
     row = next(r for r in table.as_dicts() if r["published setup"] == "pytorch/cuda | Nvidia rtx 2060s")
     assert row["resnet18 (x)"] == pytest.approx(38.624 / 900.0)
@@ -149,7 +148,7 @@ def test_published_ratios_use_your_median_not_the_mean():
 
 
 def test_results_table_leads_with_the_median_and_labels_the_mean():
-    fake = bench.StepTimes("resnet18", "cpu", [0.9, 0.9, 9.7], {p: [0.1, 0.1, 5.0] for p in bench.PHASES})
+    fake = bench.step_times("resnet18", "cpu", [0.9, 0.9, 9.7], {p: [0.1, 0.1, 5.0] for p in bench.PHASES})
     table = bench.results_table([fake])
     assert table.columns[1] == "median ms/step" and "mean ms/step (blog's statistic)" in table.columns
     row = table.as_dicts()[0]
@@ -162,14 +161,15 @@ def test_results_table_leads_with_the_median_and_labels_the_mean():
 def test_command_line(tmp_path):
     times = bench.main(["--models", "resnet18", "--size", "32", "--batch", "2", "--steps", "2", "--warmup", "1",
                         "--out", str(tmp_path)])
-    assert times[0].model == "resnet18"
+    assert times[0].name == "resnet18"
     (folder,) = list(tmp_path.iterdir())
     assert folder.name.endswith("-cpu")
     rows = results.read_rows(folder / results.ROWS_FILE)
     assert {r.variant for r in rows} == {"resnet18"} and rows[0].chapter == "bench"
     csv_lines = (folder / "bench.csv").read_text().splitlines()
-    assert len(csv_lines) == len(rows) + 1 and csv_lines[0].startswith("chapter,experiment,variant,metric,unit")
-    assert "step_time median (ms per step)" in (folder / "bench.md").read_text()
+    assert len(csv_lines) == 2 and csv_lines[0].startswith("model,median ms/step,min ms/step")  # the printed table
+    md = (folder / "bench.md").read_text()
+    assert "| model | median ms/step |" in md and "**Published ms per step / your median ms per step" in md
     help_text = subprocess.run([sys.executable, "-m", "helpers.bench", "--help"], capture_output=True, text=True).stdout
     assert "skip the Adam step" in help_text and "2024" not in help_text
     proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--models", "lenet"], capture_output=True, text=True)

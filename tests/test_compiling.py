@@ -159,20 +159,6 @@ def test_self_ms_per_step_divides_the_profile_by_the_steps():
         compiling.self_ms_per_step(prof, 0)
 
 
-def test_copies_by_caller_names_who_asked_for_the_copy():
-    t = torch.randn(8, 16, 32, 32)
-    with torch.profiler.profile() as prof:
-        for _ in range(2):
-            with torch.profiler.record_function("layout_change"):
-                t.to(memory_format=torch.channels_last)
-            t.clone()
-    copies = compiling.copies_by_caller(prof, 2)
-    assert set(copies) == {"layout_change", "(top level)"}
-    assert all(ms > 0 for ms in copies.values())
-    with pytest.raises(ValueError):
-        compiling.copies_by_caller(prof, 0)
-
-
 def test_timed_counts_calls():
     calls = []
     assert compiling.timed(lambda: calls.append(1), 3) >= 0 and len(calls) == 3

@@ -132,11 +132,10 @@ def _rank(rank, folder):
     x, y = torch.randn(8, 4), torch.randint(0, 3, (8,))
     opt = torch.optim.SGD(ddp.module.fc.parameters(), lr=0.1)
     comm = diagnose.exposed_comm(ddp, x, y, F.cross_entropy, opt, steps=3)
-    bus = roofs.allreduce(nbytes=4 << 20, rounds=2, calls=2)
     dist.destroy_process_group()
     if rank == 0:
         d = diagnose.diagnose_step(ddp.module, x, y, F.cross_entropy, opt, comm_s=comm, steps=2)
-        (folder / "out.json").write_text(json.dumps({"comm": comm, "bus": bus.median, **d.to_dict()}))
+        (folder / "out.json").write_text(json.dumps({"comm": comm, **d.to_dict()}))
     os._exit(0)  # skip the interpreter's teardown: gloo's thread may still hold the last tensor (docs/testing.md)
 
 
@@ -153,7 +152,7 @@ def test_a_large_all_reduce_beside_a_tiny_model_is_communication_bound(tmp_path)
         rank.join(120)
     assert [rank.exitcode for rank in ranks] == [0, 0]
     out = json.loads((tmp_path / "out.json").read_text())
-    assert out["comm"] > 0 and out["bus"] > 0
+    assert out["comm"] > 0
     assert out["top"] == "communication" and out["shares"]["communication"] > 0.5, out
 
 

@@ -1,7 +1,9 @@
-"""The distributed entry point: backend choice, process-group setup, the payloads main() sends,
-one-message errors, and real jobs launched by torchrun, mpirun and sbatch. (Rank discovery and
-pinning: test_ranks.py; the training loop, checkpoints and collectives: test_ddp_training.py.)"""
+"""The distributed entry point: rank discovery and pinning, backend choice, process-group setup, the training
+loop and the payloads of its collectives, one-message errors, and real jobs launched by torchrun, mpirun and
+sbatch. (Its checkpoints are the course's one format: tests/test_checkpoints.py.)"""
 
+import ast
+import inspect
 import json
 import os
 import shutil
@@ -16,12 +18,278 @@ import torch
 
 from helpers import distributed as D
 from helpers import launch as L
-from helpers import models, system
+from helpers import checkpoints, models, system
 
 TINY = ["--dataset", "fashionmnist", "--train-size", "256", "--test-size", "128", "--batch-size", "32", "--epochs", "2"]
+MPIRUN_SCRIPT = D.SBATCH_SCRIPT.parent / "ddp_mpirun.sh"
 JOB_ENV = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke", "OMP_NUM_THREADS": "1"}
 one_rank_per_core = system.topology().physical_cores >= 2
 needs_two_cores = pytest.mark.skipif(not one_rank_per_core, reason="2-rank jobs pin one rank per physical core")
+
+
+# ----- rank mapping ---------------------------------------------------------------------------
+
+def test_torchrun_variables():
+    info = D.rank_info({"RANK": "3", "WORLD_SIZE": "4", "LOCAL_RANK": "1", "LOCAL_WORLD_SIZE": "2",
+                        "TORCHELASTIC_RUN_ID": "x"})
+    assert info == D.RankInfo(3, 4, 1, 2, "torchrun")
+    assert D.node_rank(info, {"GROUP_RANK": "1"}) == 1 and D.node_rank(info, {}) == 1
+
+
+def test_open_mpi_variables():
+    info = D.rank_info({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2",
+                        "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    assert info == D.RankInfo(1, 2, 1, 2, "mpirun")
+
+
+@pytest.mark.parametrize("env,expected", [
+    ({"SLURM_PROCID": "5", "SLURM_NTASKS": "8", "SLURM_LOCALID": "1", "SLURM_NTASKS_PER_NODE": "4"}, (5, 8, 1, 4)),
+    ({"SLURM_PROCID": "4", "SLURM_NTASKS": "5", "SLURM_LOCALID": "0", "SLURM_TASKS_PER_NODE": "2(x2),1",
+      "SLURM_NODEID": "2"}, (4, 5, 0, 1)),
+    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_TASKS_PER_NODE": "2(x2)",
+      "SLURM_NODEID": "0"}, (1, 4, 1, 2)),
+])
+def test_slurm_variables(env, expected):
+    info = D.rank_info(env)
+    assert (info.rank, info.world_size, info.local_rank, info.local_world_size) == expected
+    assert info.launcher == "slurm"
+
+
+def test_single_process_and_export():
+    info = D.rank_info({})
+    assert info == D.RankInfo(0, 1, 0, 1, "single process")
+    env = D.export_torch_env(D.RankInfo(1, 2, 1, 2, "mpirun"), {"MASTER_ADDR": "h", "MASTER_PORT": "1"})
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"], env["LOCAL_WORLD_SIZE"]) == ("1", "2", "1", "2")
+    one = D.export_torch_env(info, {})
+    assert one["MASTER_ADDR"] == "127.0.0.1"  # one process needs no rendezvous address from the user
+
+
+def test_missing_master_address_is_a_clear_error():
+    with pytest.raises(D.DistributedSetupError, match="MASTER_ADDR and MASTER_PORT not set"):
+        D.export_torch_env(D.RankInfo(0, 2, 0, 2, "environment"), {})
+    with pytest.raises(D.DistributedSetupError, match="not an integer"):
+        D.rank_info({"RANK": "zero", "WORLD_SIZE": "2"})
+
+
+# ----- CPU pinning ----------------------------------------------------------------------------
+
+FOUR_CORES_SMT = [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_ranks_split_whole_cores():
+    info = lambda r, n, launcher="torchrun": D.RankInfo(r, n, r, n, launcher)
+    assert D.rank_cpus(info(0, 2), allowed=range(8), core_groups=FOUR_CORES_SMT) == [0, 4, 1, 5]
+    assert D.rank_cpus(info(1, 2), allowed=range(8), core_groups=FOUR_CORES_SMT) == [2, 6, 3, 7]
+    # only the CPUs this process may use are split (taskset, a container's cpuset, mpirun binding)
+    assert D.rank_cpus(info(1, 2), allowed=[2, 3, 6, 7], core_groups=FOUR_CORES_SMT) == [3, 7]
+    with pytest.raises(D.DistributedSetupError, match="only 4 physical cores"):
+        D.rank_cpus(info(0, 5), allowed=range(8), core_groups=FOUR_CORES_SMT)
+
+
+def test_simulated_nodes_get_different_cores():
+    """Two 'nodes' of one rank each on a 2-core machine: node 0 -> core 0, node 1 -> core 1."""
+    one = D.RankInfo(0, 2, 0, 1, "torchrun")
+    got = [D.rank_cpus(one, allowed=[0, 1], core_groups=[[0], [1]], nodes_per_host=2, node=n) for n in (0, 1)]
+    assert got == [[0], [1]]
+    got = [D.rank_cpus(D.RankInfo(0, 4, lr, 2, "torchrun"), allowed=range(8), core_groups=FOUR_CORES_SMT,
+                       nodes_per_host=2, node=n) for n in (0, 1) for lr in (0, 1)]
+    assert got == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_slurm_cpu_set_is_respected(monkeypatch):
+    info = D.RankInfo(1, 2, 1, 2, "slurm")
+    assert D.rank_cpus(info, allowed=[6, 2], core_groups=FOUR_CORES_SMT) == [2, 6]  # not re-split
+    monkeypatch.setattr(D.os, "sched_getaffinity", lambda pid: {2, 6}, raising=False)
+    set_calls = []
+    monkeypatch.setattr(D.os, "sched_setaffinity", lambda pid, cpus: set_calls.append(cpus), raising=False)
+    monkeypatch.setattr(system, "topology", lambda: system.Topology(
+        cpus=tuple(system.LogicalCPU(cpu, core, 0) for core, g in enumerate(FOUR_CORES_SMT) for cpu in g)))
+    threads = torch.get_num_threads()
+    try:
+        assert D.pin_rank(info) == [2, 6] and set_calls == [] and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_threads_per_rank_counts_physical_cores_of_the_affinity():
+    """4 physical cores with 2 hyper-threads each: 2 ranks get 2 threads each, not the 4 that
+    os.cpu_count() // 2 would give (8 logical CPUs); an affinity of 2 cores gives 1 each."""
+    smt = system.Topology(cpus=tuple(system.LogicalCPU(cpu, core, 0)
+                                     for core, g in enumerate(FOUR_CORES_SMT) for cpu in g))
+    assert smt.logical_cores == 8
+    assert D.threads_per_rank(2, smt) == 2 and D.threads_per_rank(1, smt) == 4 and D.threads_per_rank(8, smt) == 1
+    two_cores = system.Topology(cpus=tuple(system.LogicalCPU(cpu, core, 0) for core, cpu in ((0, 0), (0, 4), (1, 1))))
+    assert D.threads_per_rank(2, two_cores) == 1
+    with pytest.raises(ValueError, match="at least 1"):
+        D.threads_per_rank(0, smt)
+
+
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "broadcast", "reduce", "gather", "scatter",
+               "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv")
+AUDITED_MODULES = (D,)  # the entry point's module
+
+
+# ----- the learning rate: linear scaling with a linear warm-up ---------------------------------
+
+def test_warmup_lr_rises_linearly_to_the_scaled_rate():
+    lr = lambda step: D.warmup_lr(step, base_lr=0.1, peak_lr=0.4, warmup_steps=4)
+    assert [round(lr(s), 6) for s in range(6)] == [0.1, 0.175, 0.25, 0.325, 0.4, 0.4]
+    assert D.warmup_lr(0, base_lr=0.1, peak_lr=0.4, warmup_steps=0) == 0.4  # no warm-up
+    with pytest.raises(ValueError, match="step must be >= 0"):
+        lr(-1)
+
+
+class _RecordingSGD(torch.optim.SGD):
+    def __init__(self, params, lr):
+        super().__init__(params, lr=lr)
+        self.used = []
+
+    def step(self, closure=None):
+        self.used.append(self.param_groups[0]["lr"])
+        return super().step(closure)
+
+
+def _tiny_loader(samples=12, batch=4):
+    from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+    data = TensorDataset(torch.randn(samples, 3), torch.randint(0, 2, (samples,)))
+    return DataLoader(data, batch_size=batch, sampler=DistributedSampler(data, num_replicas=1, rank=0, seed=0))
+
+
+def test_train_ddp_applies_the_warmup_to_every_step_and_resumes_it():
+    """train_ddp sets each step's rate from lr_at(global step), also after a resume mid-warm-up."""
+    lr_at = lambda step: D.warmup_lr(step, base_lr=0.01, peak_lr=0.04, warmup_steps=4)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = _RecordingSGD(model.parameters(), lr=lr_at(0))
+    done = D.train_ddp(model, _tiny_loader(), opt, epochs=2, device=torch.device("cpu"),
+                       progress=checkpoints.fresh_progress(), lr_at=lr_at)
+    assert done["step"] == 6 and opt.used == pytest.approx([0.01, 0.0175, 0.025, 0.0325, 0.04, 0.04])
+    resumed = {**checkpoints.fresh_progress(), "epoch": 1, "step": 3}  # as restore returns it after epoch 0
+    opt2 = _RecordingSGD(model.parameters(), lr=0.0)
+    D.train_ddp(model, _tiny_loader(), opt2, epochs=2, device=torch.device("cpu"), progress=resumed, lr_at=lr_at)
+    assert opt2.used == pytest.approx([0.0325, 0.04, 0.04])  # the schedule goes on from step 3
+
+
+# ----- collectives: payloads on the training device, never float64 -----------------------------
+
+class Recorder:
+    """A stand-in for torch.distributed that records the device and dtype of every payload."""
+
+    def __init__(self, world: int = 2):
+        self.world, self.calls = world, []
+
+    def get_world_size(self):
+        return self.world
+
+    def _record(self, name, tensors):
+        self.calls += [(name, t.device, t.dtype) for t in tensors]
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        self._record("all_reduce", [tensor])
+
+    def all_gather(self, outputs, tensor, *args, **kwargs):
+        self._record("all_gather", [tensor, *outputs])
+
+    def broadcast(self, tensor, *args, **kwargs):
+        self._record("broadcast", [tensor])
+
+    def barrier(self, *args, device_ids=None, **kwargs):
+        self.calls.append(("barrier", device_ids))
+
+
+def _check_payloads(calls, device):
+    calls = [c for c in calls if c[0] != "barrier"]
+    assert calls, "no collective was called"
+    bad = [c for c in calls if c[1] != device or c[2] == torch.float64]
+    assert not bad, f"collective payloads not on the training device {device} or in float64: {bad}"
+
+
+def _comm_functions():
+    """The functions defined in the entry point's modules that take a collectives module."""
+    return [f for module in AUDITED_MODULES for f in vars(module).values()
+            if inspect.isfunction(f) and f.__module__ == module.__name__ and "comm" in inspect.signature(f).parameters]
+
+
+def test_every_collective_payload_is_on_the_training_device():
+    """Called with torch.device('meta'): a payload built on the CPU (or in float64) shows up
+    even on a CPU-only machine -- nccl and xccl refuse CPU tensors, Intel Arc has no float64."""
+    meta = torch.device("meta")
+    with torch.device("meta"):
+        model = models.book_cnn("fashionmnist")
+    calls = {}
+    for rank in (0, 1):
+        comm = Recorder()
+        D.handshake(rank, meta, comm)
+        D.sum_across_ranks([3, 4.5, 1e9], meta, comm)
+        D.replica_fingerprints(model, meta, comm)
+        D.wait_for_all(meta, comm)
+        _check_payloads(comm.calls, meta)
+        calls[rank] = {c[0] for c in comm.calls}
+    assert calls[0] == {"all_reduce", "all_gather", "barrier"}
+    gpu = Recorder()
+    D.wait_for_all(torch.device("cuda", 1), gpu)  # a device object only: nothing runs on it
+    assert gpu.calls == [("barrier", [1])]  # nccl is told which GPU this rank uses
+    tested = {"handshake", "sum_across_ranks", "replica_fingerprints", "evaluate_on_all_ranks", "wait_for_all"}
+    assert {f.__name__ for f in _comm_functions()} <= tested, "a new function takes comm: add it to this test"
+
+
+def test_no_collective_bypasses_the_audited_functions():
+    """Every collective call in the entry point's modules goes through a function that takes
+    ``comm`` and calls it on ``comm`` -- so the test above sees every payload the entry point sends."""
+    problems = []
+    functions = [(module.__name__, n) for module in AUDITED_MODULES
+                 for n in ast.walk(ast.parse(Path(module.__file__).read_text())) if isinstance(n, ast.FunctionDef)]
+    for where, fn in functions:
+        params = {a.arg for a in fn.args.args + fn.args.kwonlyargs}
+        for call in [n for n in ast.walk(fn) if isinstance(n, ast.Call)]:
+            f = call.func
+            if isinstance(f, ast.Attribute) and f.attr in COLLECTIVES:
+                owner = f.value.id if isinstance(f.value, ast.Name) else ast.unparse(f.value)
+                if owner != "comm" or "comm" not in params:
+                    problems.append(f"{where}.{fn.name}() calls {owner}.{f.attr} directly (line {call.lineno})")
+    assert not problems, "; ".join(problems)
+
+
+# ----- evaluation on every rank ----------------------------------------------------------------
+
+class _AddOtherRanks:
+    """A stand-in for torch.distributed on one rank: all_reduce adds what the other ranks hold."""
+
+    def __init__(self, others=()):
+        self.others, self.sent = list(others), []
+
+    def all_reduce(self, tensor, *args, **kwargs):
+        self.sent.append(tensor.clone())
+        for other in self.others:
+            tensor += other
+
+
+def test_evaluate_on_all_ranks_scores_each_share_and_sums_the_counts():
+    from torch.utils.data import TensorDataset
+
+    class AlwaysThree(torch.nn.Module):
+        def forward(self, x):
+            out = torch.zeros(len(x), 10)
+            out[:, 3] = 1.0
+            return out
+
+    targets = torch.tensor([3, 3, 1, 3, 0, 3, 3, 2, 3, 3])
+    test_set = TensorDataset(torch.zeros(10, 2), targets)
+    model, cpu = AlwaysThree(), torch.device("cpu")
+    rank1 = _AddOtherRanks()
+    one = D.evaluate_on_all_ranks(model, test_set, D.RankInfo(1, 2, 1, 2, "torchrun"), cpu, rank1)
+    assert one["count"] == 5 and one["accuracy"] == 80.0  # rank 1 scores samples 1, 3, 5, 7, 9
+    rank0 = _AddOtherRanks(rank1.sent)
+    both = D.evaluate_on_all_ranks(model, test_set, D.RankInfo(0, 2, 0, 2, "torchrun"), cpu, rank0)
+    share_loss = torch.nn.functional.cross_entropy(model(torch.zeros(5, 2)), targets[0::2], reduction="sum").item()
+    own = [1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0]  # per image: right on 0 and 6 (2 and 4 are 1, 0)
+    own[8] = 1.0
+    assert rank0.sent[0].tolist() == [3.0, 5.0, pytest.approx(share_loss), *own]  # 3 right of 0, 2, 4, 6, 8
+    whole = torch.nn.functional.cross_entropy(model(torch.zeros(10, 2)), targets).item()
+    assert both["count"] == 10 and both["accuracy"] == 70.0 and both["loss"] == pytest.approx(whole)
+    assert both["correct"] == [t == 3 for t in targets.tolist()]  # per image, in test-set order
+    assert model.training  # left in training mode
 
 
 # ----- backend and device ----------------------------------------------------------------------
@@ -57,13 +325,6 @@ def test_cuda_message_matches_the_installed_build(monkeypatch):
 
 
 # ----- the payloads main() sends: on the training device, never float64 ------------------------
-
-def _check_payloads(calls, device):
-    calls = [c for c in calls if c[0] != "barrier"]
-    assert calls, "no collective was called"
-    bad = [c for c in calls if c[1] != device or c[2] == torch.float64]
-    assert not bad, f"collective payloads not on the training device {device} or in float64: {bad}"
-
 
 def _one_rank_env(monkeypatch):
     """One rank of a one-rank job, as a launcher would describe it (a new port: a new job)."""
@@ -235,7 +496,7 @@ def test_mpirun_launcher_two_ranks(tmp_path):
     out, hosts = tmp_path / "job.json", tmp_path / "hosts"
     hosts.write_text("localhost slots=2\n")
     env = {**JOB_ENV, "PYTHON": sys.executable, "MASTER_PORT": str(L.free_port())}
-    job = L.run_job([["bash", str(L.MPIRUN_SCRIPT), str(hosts), "2", *TINY, "--out", str(out)]], out=out,
+    job = L.run_job([["bash", str(MPIRUN_SCRIPT), str(hosts), "2", *TINY, "--out", str(out)]], out=out,
                     timeout=180, env=env)
     assert job.returncode == 0, job.output[-2000:]
     assert "MASTER_ADDR=localhost" in job.output

@@ -79,10 +79,10 @@ def test_current_torch_in_the_default_environment_and_ipex_in_its_own():
 
 
 def test_ipex_environment_is_keyed_by_its_pins_and_built_by_make():
-    from helpers import install
+    from helpers.course import install
 
     makefile = (ROOT / "Makefile").read_text()
-    assert "helpers.install ipex-venv" in makefile and re.search(r"^setup-ipex: \$\(IPEX_VENV\)/\.installed", makefile, re.M)
+    assert "helpers.course.install ipex-venv" in makefile and re.search(r"^setup-ipex: \$\(IPEX_VENV\)/\.installed", makefile, re.M)
     assert re.search(r"^test: setup student \$\(if \$\(WANT_IPEX\),setup-ipex\)", makefile, re.M)
     pins = install.ipex_pins()
     folder = install.ipex_venv("/cache")
@@ -106,7 +106,7 @@ def test_venv_is_keyed_by_the_pins_not_by_file_dates():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^VENV \?= \$\(CACHE\)/venv-\$\(ENV_KEY\)$", makefile, re.M)
     assert re.search(r"^VENV \?= \$\(CACHE\)/venv-xpu-\$\(ENV_KEY\)$", makefile, re.M)
-    assert re.search(r"^ENV_KEY := \$\(shell \$\(PYTHON\) -m helpers.install env-key ", makefile, re.M)
+    assert re.search(r"^ENV_KEY := \$\(shell \$\(PYTHON\) -m helpers.course.install env-key ", makefile, re.M)
     installed = re.search(r"^\$\(VENV\)/\.installed:(.*)$", makefile, re.M)
     assert installed and installed.group(1).strip() == "", "the environment must not depend on any file's date"
 
@@ -128,20 +128,20 @@ def _make_n(tmp_path, *args, target="setup"):
 def test_make_setup_device_xpu_uses_its_own_venv_and_the_install_plan(tmp_path):
     import sys
 
-    from helpers import install
+    from helpers.course import install
 
     xpu = _make_n(tmp_path, "DEVICE=xpu", f"PYTHON={sys.executable}")   # env_key() below: this Python's key
     assert xpu.returncode == 0, xpu.stderr
     key = install.env_key()
-    assert f"--venv \"{tmp_path}/venv-xpu-{key}\"" in xpu.stdout and "-m helpers.install check --device xpu" in xpu.stdout
+    assert f"--venv \"{tmp_path}/venv-xpu-{key}\"" in xpu.stdout and "-m helpers.course.install check --device xpu" in xpu.stdout
     build = _make_n(tmp_path, "DEVICE=xpu", target="_build-venv")
-    assert "-m helpers.install setup --device xpu" in build.stdout and '.[test]' not in build.stdout
+    assert "-m helpers.course.install setup --device xpu" in build.stdout and '.[test]' not in build.stdout
     assert "-m pip check" not in xpu.stdout
     default = _make_n(tmp_path, f"PYTHON={sys.executable}")
     assert default.returncode == 0 and f"{tmp_path}/venv-{key}" in default.stdout  # same pins, different environment
     assert "-m pip install --quiet -e \".[test]\"" in _make_n(tmp_path, target="_build-venv").stdout
-    assert "helpers.install setup" not in default.stdout and "venv-xpu-" not in default.stdout
-    assert "helpers.install environments" in default.stdout   # setup names older environments it finds
+    assert "helpers.course.install setup" not in default.stdout and "venv-xpu-" not in default.stdout
+    assert "helpers.course.install environments" in default.stdout   # setup names older environments it finds
     wrong = _make_n(tmp_path, "DEVICE=rocm")
     assert wrong.returncode != 0 and "DEVICE=rocm has no course environment" in wrong.stderr
 
@@ -149,7 +149,7 @@ def test_make_setup_device_xpu_uses_its_own_venv_and_the_install_plan(tmp_path):
 # ---- the Python that builds the environments, and the build's lock ----
 
 def test_makefile_supports_the_pythons_of_requires_python():
-    from helpers import install
+    from helpers.course import install
 
     makefile = (ROOT / "Makefile").read_text()
     supported = re.search(r"^SUPPORTED_PYTHONS := (.*)$", makefile, re.M).group(1).split()
@@ -159,7 +159,7 @@ def test_makefile_supports_the_pythons_of_requires_python():
     for target, internal in (("$(VENV)", "_build-venv"), ("$(IPEX_VENV)", "_build-ipex")):
         recipe = makefile.split(f"\n{target}/.installed:\n", 1)[1].split("\n\n", 1)[0]
         assert recipe.splitlines()[0] == "\t@$(CHECK_PYTHON)", recipe
-        assert f"-m helpers.build_lock --venv \"{target}\"" in recipe and f"$(SUBMAKE) --no-print-directory {internal}" in recipe
+        assert f"-m helpers.course.install lock --venv \"{target}\"" in recipe and f"$(SUBMAKE) --no-print-directory {internal}" in recipe
     assert re.search(r"^\trm -rf \"\$\(VENV\)\"$", makefile, re.M).start() > makefile.index("\n_build-venv:")
 
 
@@ -192,10 +192,10 @@ def test_make_picks_python3_when_supported_else_the_newest_python3_x_else_says_w
     _fake_python(bins, "python3.11", (3, 11))
     picked = _make(tmp_path, bins)
     assert picked.returncode == 0, picked.stderr
-    assert f"{bins}/python3 -m helpers.build_lock" in picked.stdout
+    assert f"{bins}/python3 -m helpers.course.install lock" in picked.stdout
     _fake_python(bins, "python3", (3, 10))    # Ubuntu 22.04: python3 is 3.10, python3.11 installed beside it
     picked = _make(tmp_path, bins)
-    assert picked.returncode == 0 and f"{bins}/python3.11 -m helpers.build_lock" in picked.stdout
+    assert picked.returncode == 0 and f"{bins}/python3.11 -m helpers.course.install lock" in picked.stdout
     (bins / "python3.11").unlink()
     none = _make(tmp_path, bins)
     assert none.returncode != 0 and "No supported Python found: the course needs Python 3.11, 3.12 or 3.13" in none.stderr

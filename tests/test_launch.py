@@ -14,7 +14,9 @@ import pytest
 
 from helpers import launch as L
 from helpers import system
-from helpers.distributed import DistributedSetupError
+from helpers.distributed import SBATCH_SCRIPT, DistributedSetupError
+
+MPIRUN_SCRIPT = SBATCH_SCRIPT.parent / "ddp_mpirun.sh"
 
 CORES = system.topology().physical_cores
 JOB_ENV = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke", "OMP_NUM_THREADS": "1"}
@@ -71,27 +73,6 @@ def test_more_ranks_than_cores_is_refused_once_before_launch():
         assert f"--nproc-per-node={CORES + 1}" in cmd and cmd[-len(args):] == args, (args, cmd)
 
 
-def test_mpirun_command(monkeypatch):
-    monkeypatch.setattr(L.shutil, "which", lambda name: None)
-    with pytest.raises(DistributedSetupError, match="apt-get install -y openmpi-bin"):
-        L.mpirun_command(2, [])
-    monkeypatch.setattr(L.shutil, "which", lambda name: "/usr/bin/mpirun")
-    cmd = L.mpirun_command(1, ["--epochs", "1"], master_port=4321)
-    assert cmd[0] == "/usr/bin/mpirun" and "--oversubscribe" in cmd and "MASTER_PORT=4321" in cmd
-    assert cmd[cmd.index("-np") + 1] == "1" and cmd[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
-    assert ("--allow-run-as-root" in cmd) == (os.geteuid() == 0)
-
-
-def test_mpirun_command_on_several_machines_meets_at_the_first_host(monkeypatch, tmp_path):
-    monkeypatch.setattr(L.shutil, "which", lambda name: "/usr/bin/mpirun")
-    hosts = tmp_path / "hosts"
-    hosts.write_text("node01 slots=2\nnode02 slots=2\n")
-    cmd = L.mpirun_command(4 * CORES, ["--epochs", "1"], master_port=4321, hostfile=hosts)  # not this machine's cores
-    assert "MASTER_ADDR=node01" in cmd and "MASTER_ADDR=127.0.0.1" not in cmd
-    assert cmd[cmd.index("--hostfile") + 1] == str(hosts) and cmd[cmd.index("--map-by") + 1] == "slot"
-    assert "MASTER_ADDR=10.0.0.5" in L.mpirun_command(2, [], hostfile=hosts, master_addr="10.0.0.5")
-
-
 def _fake_mpirun(tmp_path):
     """An 'mpirun' that prints the MASTER_ADDR it was given and its arguments."""
     bin_dir = tmp_path / "bin"
@@ -107,7 +88,7 @@ def test_mpirun_launcher_script_takes_master_addr_from_the_hostfile(tmp_path):
     env.pop("MASTER_ADDR", None)
     hosts = tmp_path / "hosts"
     hosts.write_text("# cluster\nnode05 slots=2\nnode06 slots=2\n")
-    proc = subprocess.run(["bash", str(L.MPIRUN_SCRIPT), str(hosts), "4", "--epochs", "1"], env=env,
+    proc = subprocess.run(["bash", str(MPIRUN_SCRIPT), str(hosts), "4", "--epochs", "1"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "MASTER_ADDR=node05\n" in proc.stdout
@@ -115,13 +96,9 @@ def test_mpirun_launcher_script_takes_master_addr_from_the_hostfile(tmp_path):
     assert args[args.index("--hostfile") + 1] == str(hosts) and args[args.index("-np") + 1] == "4"
     assert args[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
     hosts.write_text("# empty\n")
-    proc = subprocess.run(["bash", str(L.MPIRUN_SCRIPT), str(hosts), "2"], env=env, capture_output=True, text=True,
+    proc = subprocess.run(["bash", str(MPIRUN_SCRIPT), str(hosts), "2"], env=env, capture_output=True, text=True,
                           timeout=60)
     assert proc.returncode == 2 and "names no host" in proc.stderr
-
-
-def test_sbatch_command():
-    assert L.sbatch_command(["--epochs", "5"]) == ["sbatch", str(L.SBATCH_SCRIPT), "--epochs", "5"]
 
 
 def test_first_error_and_rank_lines():
@@ -250,16 +227,12 @@ def test_measure_job_protocol(tmp_path):
         calls.append(out)
         return _fake_job(out, [9.0, 2.0 + len(calls), 7.0], accuracy=40.0 + len(calls), steps=24)
 
-    res = L.measure_job("one", one, tmp_path, repeats=2, timeout=60)
-    assert len(calls) == 2 and res.name == "one"
-    assert res.warmup == [9.0, 9.0]                      # each run's first epoch, kept apart
-    assert res.samples == [5.0, 5.5]                     # one sample per run: the median of its other epochs
-    assert res.metrics == {"accuracy": 41.5, "steps": 24.0, "world_size": 1.0, "global_batch": 32.0}
+    res = L.measure_job("one", one, tmp_path, timeout=60)
+    assert len(calls) == 1 and res.name == "one"
+    assert res.warmup == [9.0]                           # the first epoch, kept apart
+    assert res.samples == [5.0]                          # one sample: the median of the other epochs
+    assert res.metrics == {"accuracy": 41.0, "steps": 24.0, "world_size": 1.0, "global_batch": 32.0}
     assert "done" in res.settings["last_output"] and res.settings["summary"]["steps"] == 24
-    per_epoch = L.measure_job("e", lambda out: _fake_job(out, [9.0, 3.0, 4.0], world_size=2, global_batch=64),
-                              tmp_path, epochs_as_samples=True)
-    assert per_epoch.samples == [3.0, 4.0] and per_epoch.warmup == [9.0]
-    assert per_epoch.metrics["world_size"] == 2 and per_epoch.metrics["global_batch"] == 64
     with pytest.raises(DistributedSetupError, match="--epochs >= 2"):
         L.measure_job("short", lambda out: _fake_job(out, [9.0]), tmp_path)
     with pytest.raises(DistributedSetupError, match="failed"):

@@ -1,7 +1,6 @@
 import time
 
 import pytest
-import torch
 
 from helpers import measure
 
@@ -9,9 +8,7 @@ from helpers import measure
 def test_stats():
     s = measure.Stats.of([3.0, 1.0, 2.0, 10.0])
     assert (s.median, s.minimum, s.maximum, s.n) == (2.5, 1.0, 10.0, 4)
-    assert s.q1 <= s.median <= s.q3
     assert measure.Stats.of([2.0]).spread == 0.0
-    assert "n=4" in str(s)
     with pytest.raises(ValueError):
         measure.Stats.of([])
 
@@ -41,6 +38,15 @@ def test_interleaved_orders_follow_a_williams_design_and_pair_rounds():
         measure.interleaved({}, rounds=2)
 
 
+def _followers(r):
+    """How often each arm came right after each other arm within a round: ``{(before, after): count}``."""
+    out = {}
+    for order in r.orders:
+        for a, b in zip(order, order[1:]):
+            out[(a, b)] = out.get((a, b), 0) + 1
+    return out
+
+
 @pytest.mark.parametrize("arms", [2, 3, 4, 5, 6, 7])
 def test_williams_orders_balance_first_order_carry_over(arms):
     orders = measure.williams_orders(arms)
@@ -56,7 +62,7 @@ def test_interleaved_balances_predecessors_where_a_rotation_did_not():
     # four arms over the default rounds: in a plain rotation (A B C D, B C D A, ...) B always follows A
     names = ["eager", "default", "reduce-overhead", "max-autotune"]
     r = measure.interleaved({n: (lambda: 1.0) for n in names}, rounds=measure.ROUNDS, progress=False, max_reruns=0)
-    followers = r.followers()
+    followers = _followers(r)
     for arm in names:
         before = [followers.get((other, arm), 0) for other in names if other != arm]
         assert max(before) <= 2 * min(before) and min(before) >= 1, (arm, before)
@@ -182,7 +188,7 @@ def test_complete_rounds_at_the_workshop_size(monkeypatch, arms, rounds):
     names = [f"arm{i}" for i in range(arms)]
     r = measure.interleaved({n: (lambda: 1.0) for n in names}, progress=False, max_reruns=0)
     assert r.rounds == rounds
-    followers = r.followers()
+    followers = _followers(r)
     if rounds % len(measure.williams_orders(arms)) == 0:  # every ordered pair adjacent equally often
         assert len(set(followers.values())) == 1 and len(followers) == arms * (arms - 1)
         assert "complete Williams design" in r.note() and "approximately" not in r.note()

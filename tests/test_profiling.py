@@ -3,18 +3,14 @@ import torch
 from helpers import models, profiling
 
 
-def test_operator_shares_of_book_cnn():
+def test_profile_fn_profiles_only_the_steps():
     model = models.book_cnn()
     x = torch.randn(16, 1, 28, 28)
     with torch.no_grad():
         prof = profiling.profile_fn(lambda: model(x), warmup=1, steps=2)
-    table = profiling.operator_shares(prof, top=20)
-    names = table.column("operator")
-    assert any("conv" in n for n in names) and any("max_pool" in n for n in names)
-    shares = table.column("share %")
-    assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 100.0001
-    conv = sum(row["share %"] for row in table.as_dicts() if "conv" in row["operator"])
-    assert 0 < conv < 100  # convolutions take part of the forward pass, not all of it
+    calls = {e.key: e.count for e in prof.key_averages()}
+    assert calls["aten::max_pool2d"] == 4   # two steps of two pools: the warm-up is not in the profile
+    assert any("conv" in k for k in calls)
 
 
 def test_quiet_kineto_is_scoped(monkeypatch):

@@ -3,7 +3,7 @@ import statistics
 
 import pytest
 
-from helpers import privacy, results
+from helpers import results, system
 from helpers.measure import Result
 
 FP = {"cpu_model": "Fake CPU", "physical_cores": 4, "bf16": {"avx2": True, "avx512": True, "native_bf16": False,
@@ -49,7 +49,7 @@ def test_default_context_has_private_machine_id(tmp_path, monkeypatch):
     monkeypatch.setenv("COURSE_PROFILE", "smoke")
     row = results.make_rows("01", "x", {"a": [1.0]}, metric="t", unit="s")[0]
     assert row.profile == "smoke" and row.data == "standin" and row.versions.get("torch")
-    assert row.fingerprint["machine_id"] == privacy.machine_id()
+    assert row.fingerprint["machine_id"] == system.machine_id()
     assert (tmp_path / ".cache" / "accelerate-course" / "machine-salt").exists()
 
 

@@ -101,11 +101,6 @@ def test_roofs_are_measured_once_per_process(monkeypatch):
         roofs._cached.cache_clear()
 
 
-def test_all_reduce_needs_two_ranks():
-    with pytest.raises(ValueError, match="two or more ranks"):
-        roofs.allreduce()  # the rate itself is measured in tests/test_diagnose.py's two-rank job
-
-
 @pytest.mark.requires_gpu
 def test_gpu_roofs_have_launch_latency_and_host_copies():
     r = roofs.measure_roofs("cuda", "tf32")

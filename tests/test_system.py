@@ -1,10 +1,10 @@
+"""Tests of helpers.system: topology, bf16 flags, runtimes, versions, fingerprint and the private machine id."""
+
 import platform
 import re
 import sys
 from importlib import metadata
 from pathlib import Path
-
-import pytest
 
 from helpers import system
 
@@ -18,12 +18,6 @@ def make_sysfs(root: Path, layout: list[tuple[int, int, int]]) -> Path:
         (topo / "physical_package_id").write_text(f"{socket}\n")
     (root / "node" / "node0").mkdir(parents=True)
     return cpu_dir
-
-
-def fake_topology(n_cores: int, smt: int) -> system.Topology:
-    # Linux numbering: cpus 0..n-1 are the first threads of each core, n..2n-1 their siblings
-    cpus = [system.LogicalCPU(cpu=t * n_cores + c, core=c, socket=0) for t in range(smt) for c in range(n_cores)]
-    return system.Topology(cpus=tuple(cpus))
 
 
 def test_topology_from_sysfs(tmp_path, monkeypatch):
@@ -47,41 +41,6 @@ def test_bf16_support_from_flags():
         "native_bf16": False, "amx": False, "ipex_bf16_prepack": False, "avx2": True, "avx512": False}
     spr = system.cpu_bf16_support(frozenset({"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_bf16", "amx_bf16"}))
     assert spr["native_bf16"] and spr["amx"] and spr["ipex_bf16_prepack"]
-
-
-def test_affinity_strings():
-    assert system.gomp_cpu_affinity([0, 2, 4]) == "0 2 4"
-    assert system.kmp_affinity([1, 3]) == "granularity=fine,proclist=[1,3],explicit"
-    with pytest.raises(ValueError):
-        system.gomp_cpu_affinity([])
-
-
-def test_openmp_env_binds_one_thread_per_core_first(monkeypatch):
-    topo = fake_topology(4, 2)
-    assert system.openmp_env("gnu-default", 3, topo) == {"OMP_NUM_THREADS": "3"}
-    bound = system.openmp_env("gnu-bound", 6, topo)
-    assert bound["GOMP_CPU_AFFINITY"] == "0 1 2 3 4 5"  # 4 cores first, then 2 SMT siblings
-    assert bound["OMP_PROC_BIND"] == "TRUE"
-    assert "OMP_SCHEDULE" not in bound  # read only by schedule(runtime) loops, which PyTorch's are not
-    with pytest.raises(ValueError, match="9 threads"):
-        system.openmp_env("gnu-bound", 9, topo)
-    with pytest.raises(ValueError, match="Unknown OpenMP variant"):
-        system.openmp_env("tbb", 2, topo)
-
-
-def test_openmp_env_intel(monkeypatch, tmp_path):
-    lib = tmp_path / "lib" / "libiomp5.so"
-    lib.parent.mkdir()
-    lib.write_bytes(b"")
-    monkeypatch.setattr(system.sys, "prefix", str(tmp_path))
-    env = system.openmp_env("intel", 2, fake_topology(2, 1))
-    assert env["LD_PRELOAD"] == str(lib)
-    assert env["KMP_AFFINITY"].endswith("proclist=[0,1],explicit") and env["KMP_BLOCKTIME"] == "0"
-    monkeypatch.setattr(system.sys, "prefix", str(tmp_path / "none"))
-    monkeypatch.setattr(system.sys, "base_prefix", str(tmp_path / "none"))
-    assert system.intel_openmp_library() is None
-    with pytest.raises(RuntimeError, match="pip install intel-openmp"):
-        system.openmp_env("intel", 2, fake_topology(2, 1))
 
 
 def test_openmp_runtimes_lists_torchs_runtime_and_nothing_else():
@@ -138,86 +97,27 @@ def test_build_versions_parse_torchs_config_text():
     assert system.build_versions("  - GCC 13.3") == {}
 
 
-def test_openmp_in_fresh_process_default_is_gnu():
-    topo = system.topology()
-    n = min(2, topo.physical_cores)
-    probes = system.openmp_in_fresh_processes({"two": {"OMP_NUM_THREADS": "2"}, "one": {"OMP_NUM_THREADS": "1"},
-                                               "bound": system.openmp_env("gnu-bound", n, topo)})
-    assert list(probes) == ["two", "one", "bound"]  # keyed and ordered like the request
-    for name, threads in (("two", 2), ("one", 1), ("bound", n)):
-        probe = probes[name]
-        assert probe["served_by"] == "GNU OpenMP (libgomp)" and not probe["intel_initialised"]
-        assert probe["settings"]["OMP_NUM_THREADS"] == str(threads)  # each process got its own variables
-        assert probe["torch_threads"] == threads
-    # one affinity line per thread of a team; one thread opens no parallel region, so reports none
-    assert len(probes["two"]["bound_to"]) == 2 and probes["one"]["bound_to"] == []
-    assert probes["one"]["binding"].startswith("not reported")
-    assert probes["bound"]["settings"]["OMP_PROC_BIND"] == "TRUE"
-    if n == 2:  # pinned where GOMP_CPU_AFFINITY said
-        assert probes["bound"]["bound_to"] == [str(c) for c in topo.one_cpu_per_core()[:2]]
-        assert probes["bound"]["binding"].startswith("pinned, one CPU each")
-    assert system.openmp_in_fresh_processes({}) == {}
+def test_machine_id_is_stable_per_salt_and_kept_in_the_cache_dir(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert system.cache_dir() == tmp_path / ".cache" / "accelerate-course"
+    assert system.machine_id() == system.machine_id() and (system.cache_dir() / "machine-salt").exists()
+    a = system.machine_id(tmp_path / "one")
+    assert a == system.machine_id(tmp_path / "one") and len(a) == 16
+    assert system.machine_id(tmp_path / "two") != a  # another salt, another id
+    (tmp_path / "three").mkdir()
+    (tmp_path / "three" / "machine-salt").write_text("fixed\n")
+    assert system.machine_id(tmp_path / "three") == system.machine_id(tmp_path / "three")
 
 
-@pytest.mark.skipif(system.intel_openmp_library() is None, reason="intel-openmp is not installed (Linux x86-64 only)")
-def test_openmp_in_fresh_process_sees_intel_with_preload():
-    topo = system.topology()
-    n = min(2, topo.physical_cores)
-    probe = system.openmp_in_fresh_process(system.openmp_env("intel", n, topo))
-    assert probe["served_by"] == "Intel OpenMP (libiomp5)"
-    assert probe["settings"]["KMP_BLOCKTIME"] in ("0", "0ms")
-    assert probe["settings"]["OMP_PROC_BIND"] == "intel"  # Intel's own settings, not GNU's 'FALSE'
-    assert probe["gnu_settings"]["OMP_PROC_BIND"] == "FALSE"  # libgomp is loaded too, but idle
-    if n == 2:  # KMP_AFFINITY's proclist, as the runtime applied it
-        assert probe["bound_to"] == [str(c) for c in topo.one_cpu_per_core()[:2]]
+def test_machine_id_is_a_hash_of_salt_machine_and_host(tmp_path, monkeypatch):
+    import hashlib
 
-
-def test_openmp_in_fresh_process_reports_failures(monkeypatch):
-    monkeypatch.setattr(system, "_PROBE", "raise SystemExit(3)")
-    with pytest.raises(RuntimeError, match="exit 3"):
-        system.openmp_in_fresh_process()
-    with pytest.raises(RuntimeError, match="exit 3"):
-        system.openmp_in_fresh_processes({"a": None, "b": {"OMP_NUM_THREADS": "1"}})
-
-
-GNU_DISPLAY = """
-OPENMP DISPLAY ENVIRONMENT BEGIN
-  _OPENMP = '201511'
-  OMP_NUM_THREADS = '2'
-  OMP_PROC_BIND = 'FALSE'
-  GOMP_CPU_AFFINITY = ''
-OPENMP DISPLAY ENVIRONMENT END
-"""
-INTEL_DISPLAY = """
-OPENMP DISPLAY ENVIRONMENT BEGIN
-   _OPENMP='202111'
-  [host] KMP_BLOCKTIME='0ms
-  [host] OMP_NESTED: deprecated; max-active-levels-var=1
-  [host] OMP_NUM_THREADS='2'
-  [host] OMP_PROC_BIND='intel'
-  [host] KMP_AFFINITY='noverbose,warnings,granularity=thread,proclist=[0,1],explicit'
-OPENMP DISPLAY ENVIRONMENT END
-OMP: pid 11 tid 11 thread 0 bound to OS proc set {0}
-OMP: pid 11 tid 12 thread 1 bound to OS proc set {1}
-"""
-
-
-def test_parse_openmp_display_keeps_each_runtime_apart():
-    gnu = system.parse_openmp_display(GNU_DISPLAY + "level 1 thread 0x7f affinity 0-1\nlevel 1 thread 0x7e affinity 0-1\n")
-    assert gnu["served_by"] == "GNU OpenMP (libgomp)" and gnu["settings"]["OMP_PROC_BIND"] == "FALSE"
-    assert gnu["bound_to"] == ["0-1", "0-1"] and gnu["binding"] == "not pinned: every thread may run on CPUs 0-1"
-    both = system.parse_openmp_display(GNU_DISPLAY + INTEL_DISPLAY)
-    assert both["served_by"] == "Intel OpenMP (libiomp5)" and both["intel_initialised"] and both["gnu_loaded"]
-    assert both["settings"]["OMP_PROC_BIND"] == "intel" and both["gnu_settings"]["OMP_PROC_BIND"] == "FALSE"
-    assert both["settings"]["KMP_BLOCKTIME"] == "0ms" and both["settings"]["_OPENMP"] == "202111"
-    assert "OMP_NESTED: deprecated; max-active-levels-var" not in both["settings"]
-    assert both["bound_to"] == ["0", "1"]
-    assert system.parse_openmp_display("")["served_by"] == "unknown"
-
-
-def test_binding_summary():
-    assert system.binding_summary(["0", "1"]) == "pinned, one CPU each: thread 0 on 0, thread 1 on 1"
-    assert system.binding_summary(["0-3", "0-3"]) == "not pinned: every thread may run on CPUs 0-3"
-    assert system.binding_summary(["0,2", "1,3"]) == "thread 0 on 0,2; thread 1 on 1,3"
-    assert system.binding_summary(["0", "0"]) == "not pinned: every thread may run on CPUs 0"
-    assert system.binding_summary([]).startswith("not reported")
+    (tmp_path / "machine-salt").write_text("pepper\n")
+    monkeypatch.setattr("helpers.system._machine_identity", lambda: "machine-1")
+    monkeypatch.setattr("helpers.system.socket.gethostname", lambda: "node01")
+    assert system.machine_id(tmp_path) == hashlib.sha256(b"pepper|machine-1|node01").hexdigest()[:16]
+    monkeypatch.setattr("helpers.system.socket.gethostname", lambda: "node02")  # a cluster's nodes share a home folder
+    assert system.machine_id(tmp_path) == hashlib.sha256(b"pepper|machine-1|node02").hexdigest()[:16]
+    unwritable = tmp_path / "a-file"
+    unwritable.write_text("")  # the cache 'folder' is a file: no salt can be kept, the id still works
+    assert len(system.machine_id(unwritable)) == 16 and unwritable.read_text() == ""

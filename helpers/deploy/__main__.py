@@ -1,4 +1,4 @@
-"""``python -m helpers.deploy``: serve a model with other engines (see ``helpers.deploy``)."""
+"""``python -m helpers.deploy``: see ``helpers.deploy``."""
 
 import sys
 

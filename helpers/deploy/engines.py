@@ -1,12 +1,7 @@
-"""The engines of ``helpers.deploy``: export to ONNX (``torch.onnx.export`` with its default, dynamo
-exporter, or the older TorchScript one), and one runner per engine -- PyTorch eager, ONNX Runtime,
-OpenVINO -- each a function ``run(batch) -> outputs`` on a chosen device, with the precision it really
-runs in; ``agreement`` compares two engines' outputs.
-
-Engines are imported inside the functions that use them (``import_engine``), so ``import helpers``
-stays light and a missing engine gives one message saying how to install it; ``available_engines`` says
-which engines import here and why the others do not (OpenVINO has no wheel for Linux aarch64).
-"""
+"""The engines of ``helpers.deploy``: export to ONNX (``torch.onnx.export``, dynamo or TorchScript exporter) and
+one runner per engine (PyTorch eager, ONNX Runtime, OpenVINO), each ``run(batch) -> outputs`` with the precision
+it really runs in. Engines are imported where they are used (``import_engine``), so a missing one gives one
+message saying how to install it; ``available_engines`` says which import here and why the others do not."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from .. import devices
+from .. import devices, system
 
 
 ENGINES: tuple[str, ...] = ("eager", "onnxruntime", "openvino")
@@ -36,8 +31,7 @@ DEVICES: tuple[str, ...] = ("auto", "cpu", "gpu")
 GPU_PROVIDERS: tuple[str, ...] = ("CUDAExecutionProvider", "ROCMExecutionProvider", "MIGraphXExecutionProvider",
                                   "DmlExecutionProvider", "OpenVINOExecutionProvider", "CoreMLExecutionProvider")
 EXPORTERS: tuple[str, ...] = ("dynamo", "torchscript")  # torch.onnx.export(dynamo=True), the default; dynamo=False
-# The ONNX opset both exporters of torch 2.14 write by default; ONNX Runtime 1.32 and OpenVINO 2026.4 read it.
-OPSET = 20
+OPSET = 20  # what both exporters of torch 2.14 write by default; ONNX Runtime 1.32 and OpenVINO 2026.4 read it
 _PINS = {"onnx": "onnx==1.23.2", "onnxscript": "onnxscript==0.7.2", "onnxruntime": "onnxruntime==1.32.0",
          "openvino": "openvino==2026.4.1"}
 _NAMES = {"onnx": "ONNX", "onnxscript": "onnxscript", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
@@ -69,8 +63,7 @@ def parse_engines(text: str | Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def import_engine(module: str) -> Any:
-    """Import ``onnx``, ``onnxscript``, ``onnxruntime`` or ``openvino``; a missing one raises DeployError saying
-    how to install it, or that this platform has no wheel for it."""
+    """Import an engine's module; a missing one raises DeployError saying how to install it (or that no wheel fits here)."""
     try:
         return importlib.import_module(module)
     except ImportError:
@@ -86,8 +79,7 @@ def import_engine(module: str) -> Any:
 
 
 def available_engines() -> tuple[list[str], dict[str, str]]:
-    """The engines of ``ENGINES`` that import here, in that order, and one line per other engine saying why
-    not, e.g. ``{"openvino": "OpenVINO: not installed on this platform (no wheel for Linux aarch64)"}``."""
+    """The engines of ``ENGINES`` that import here, and ``{engine: why not}`` for the others."""
     here, missing = [], {}
     for engine in ENGINES:
         module = _MODULES.get(engine)
@@ -111,29 +103,16 @@ def _why_not(module: str, exc: ImportError) -> str:
 
 
 def _no_wheel_here(module: str) -> str | None:
-    """This platform's name (e.g. 'Linux aarch64') where the environment marker of the course's pin of
-    ``module`` leaves it out (no wheel here), else None."""
-    from ..doctor.facts import left_out_pins
-    from ..doctor.platforms import platform_label
-
-    system, machine = platform.system(), platform.machine()
-    if module in left_out_pins(system, machine):
-        return platform_label({"system": system, "machine": machine})
-    return None
+    """This platform's label (e.g. 'Linux aarch64') where the course's pin of ``module`` leaves it out, else None."""
+    here = {"system": platform.system(), "machine": platform.machine()}
+    return system.platform_label(here) if module in system.left_out_pins(**here) else None
 
 
 def export_onnx(model: nn.Module, example: torch.Tensor, path: str | Path, *, dynamic_batch: bool = False,
                 opset: int = OPSET, exporter: str = "dynamo") -> float:
-    """``torch.onnx.export`` of ``model`` on ``example`` to one ``.onnx`` file; returns seconds taken.
-
-    ``exporter="dynamo"`` is ``torch.onnx.export``'s default since torch 2.9 (``dynamo=True``): it
-    captures the model with ``torch.export`` and translates it with ``onnxscript``'s operator
-    library; a dynamic batch is ``dynamic_shapes``. ``exporter="torchscript"`` is the older
-    exporter (``dynamo=False``, deprecated), with ``dynamic_axes``. Both write opset ``opset``
-    (default 20, torch 2.14's default for both). Weights stay inside the file (``external_data=False``;
-    the dynamo exporter still splits off weights over 2 GB). Unsupported operators raise DeployError naming them;
-    a missing ``onnxscript`` raises DeployError saying what to install.
-    """
+    """``torch.onnx.export`` of ``model`` on ``example`` to one ``.onnx`` file (weights inside); seconds taken. ``exporter``:
+    "dynamo" (the default since torch 2.9, needs onnxscript) or "torchscript" (``dynamo=False``). An unsupported
+    operator raises DeployError naming it."""
     if exporter not in EXPORTERS:
         raise DeployError(f"Unknown exporter {exporter!r}; choose from {', '.join(EXPORTERS)} "
                           "(dynamo: torch.onnx.export's default; torchscript: the older one, dynamo=False).")

@@ -1,4 +1,4 @@
-"""Command line of the tuner: ``python -m helpers.tune --model FILE.py:FUNC --out DIR`` (``helpers.tune.search.main``)."""
+"""``python -m helpers.tune --model FILE.py:FUNC --out DIR``: see ``helpers.tune.search``."""
 
 import sys
 

@@ -1,7 +1,6 @@
-"""Which levers the tuner tries on this machine and this model (each skipped one with its reason), which
-change the training itself (the batch size), which regime of ``helpers.diagnose`` each attacks
-(``ATTACKS``: the diagnosis orders the trials), and a trial process's environment for its thread levers.
-No IPEX lever: it is retired and needs torch 2.8 (chapter 04 measures it in an environment of its own)."""
+"""The tuner's levers: which apply to this model and machine (each skipped one with its reason), which change the
+training itself (a bigger batch: a hint, never the recommendation), the regime of ``helpers.diagnose`` each attacks
+(the diagnosis orders the trials) and a trial process's environment. No IPEX lever (docs/tools.md)."""
 
 from __future__ import annotations
 
@@ -10,29 +9,22 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import devices, system
+from .. import devices, openmp, system
 from .trial import TuneError, Workload
 
 
 KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "compile")
-CHANGES_TRAINING: tuple[str, ...] = ("batch",)
-"""Lever kinds that change the training itself, not only its speed: a k-times batch takes k times fewer
-optimizer steps and changes the optimisation. The tuner reports them as throughput hints, never as the
-recommendation."""
+CHANGES_TRAINING: tuple[str, ...] = ("batch",)  # a k-times batch takes k times fewer optimizer steps
 RETIRED = {"ipex": "IPEX is retired and needs torch 2.8, while this environment runs current PyTorch "
                    "(chapter 04 compares it with PyTorch's upstream replacements in an environment of its own)"}
 DEFAULT_COMPILE_S = {"cpu": 45.0, "cuda": 60.0}
 REGIMES: tuple[str, ...] = ("compute", "memory", "overhead", "input", "communication")  # helpers.diagnose's
 ATTACKS: dict[str, str] = {"threads": "compute", "omp": "compute", "autocast": "compute", "channels_last": "memory",
-                           "compile": "memory", "optimizer": "overhead", "batch": "overhead"}
-"""The regime each lever kind attacks: more or better-placed cores and 16-bit matrix units do the arithmetic
-(compute); a kernel-friendly layout and fused kernels move fewer bytes (memory); one kernel for all
-parameters and bigger batches spread the per-operator cost (overhead). ``ATTACKS_BY_VALUE`` overrides."""
+                           "compile": "memory", "optimizer": "overhead", "batch": "overhead"}  # docs/tools.md
+# one thread removes the threads' fork/join per operator; CUDA graphs remove kernel launches
 ATTACKS_BY_VALUE: dict[tuple[str, Any], str] = {("threads", 1): "overhead", ("compile", "reduce-overhead"): "overhead"}
-"""One thread removes the threads' fork/join per operator; CUDA graphs remove kernel launches."""
 NO_LEVER: dict[str, str] = {"input": "chapter 05 (DataLoader workers, pinned memory, the data on the device)",
                             "communication": "chapters 08-09 (DDP's buckets, overlap and gradient compression)"}
-"""Regimes no tuner lever attacks, and where the course treats them."""
 NO_LEVER_SHARE = 0.10  # such a regime's share from which the report names it with its share
 
 
@@ -58,11 +50,8 @@ def label(levers: dict[str, Any]) -> str:
 
 def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | None = None,
                 topo: system.Topology | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The single-lever trials worth trying for this model and device, and those skipped (with why).
-
-    Returns ``(candidates, skipped)``: candidates are lever dicts, cheapest first (compilation
-    last); skipped entries are ``{"levers", "label", "reason"}``.
-    """
+    """``(candidates, skipped)``: the single levers worth trying here, cheapest first (compilation last), and
+    ``{"levers", "label", "reason"}`` for each one skipped."""
     retired = sorted(set(kinds or ()) & set(RETIRED))
     if retired:
         raise TuneError(f"no {retired[0]!r} lever: {RETIRED[retired[0]]}; choose from {', '.join(KINDS)}")
@@ -89,7 +78,7 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
                     cands.append({"threads": topo.physical_cores})
             if "omp" in wanted:
                 cands.append({"omp": "gnu-bound"})
-                if system.intel_openmp_library() is not None:
+                if openmp.intel_openmp_library() is not None:
                     cands.append({"omp": "intel"})
                 else:
                     skip({"omp": "intel"}, "Intel OpenMP is not installed (pip install intel-openmp)")
@@ -133,7 +122,7 @@ def child_env(levers: dict[str, Any], topo: system.Topology | None = None) -> di
     threads = levers.get("threads")
     if levers.get("omp"):
         topo = topo or system.topology()
-        env.update(system.openmp_env(levers["omp"], int(threads or topo.physical_cores), topo))
+        env.update(openmp.openmp_env(levers["omp"], int(threads or topo.physical_cores), topo))
     elif threads:
         env["OMP_NUM_THREADS"] = str(threads)
     return env
@@ -155,16 +144,15 @@ def regime_table() -> dict[str, list[str]]:
 
 
 def by_diagnosis(cands: Sequence[dict[str, Any]], shares: dict[str, float] | None) -> list[dict[str, Any]]:
-    """``cands`` ordered by the share of the regime each attacks, largest first (stable: cheapest first
-    within a regime); unchanged without shares."""
+    """``cands`` ordered by the share of the regime each attacks, largest first (stable; unchanged without shares)."""
     if not shares:
         return list(cands)
     return sorted(cands, key=lambda c: -max(float(shares.get(r, 0.0)) for r in attacks(c)))
 
 
 def diagnosis_record(found: dict[str, Any] | None, cands: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """tune.json's ``diagnosis``: the baseline's regime split (``found``, from its trial process), the
-    regime each planned lever attacks, the first lever tried, and the regimes no lever attacks."""
+    """tune.json's ``diagnosis``: the baseline trial's regime split (``found``), the regime each planned lever
+    attacks, the first lever tried, and the regimes no lever attacks."""
     found = dict(found or {"error": "the baseline trial gave no diagnosis"})
     shares = found.get("shares") or {}
     first = by_diagnosis(cands, shares)[0] if cands and shares else None

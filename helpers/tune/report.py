@@ -1,6 +1,7 @@
-"""What ``helpers.tune`` shows and writes: the trial table, the figure, the summary (the sentences of
-``helpers.tune.advice`` with the lines that apply the recommendation), result rows (``helpers.results``),
-``DIR/tune.json``, and the measured trials projected to another run length."""
+"""What the tuner tells the reader (chapter 13), each sentence computed from the run's numbers: the diagnosis, the
+confirmation (a sentence and a table), the recommendation or why there is none, throughput hints, break-even steps,
+a line per trial; the trial table, the figure, the lines that apply the recommendation, result rows, ``tune.json``
+and the trials projected to another run length."""
 
 from __future__ import annotations
 
@@ -10,18 +11,196 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from .. import results, system
+from .. import measure, openmp, results, system
 from ..files import atomic_write_text
 from ..tables import Table
-from .advice import (BATCH_NOTE, NO_CANDIDATE_REASON, break_even_steps, busy_note,  # noqa: F401  (chapter 13, tests)
-                     confirmation_line, confirmation_ran, confirmation_table, diagnosis_lines, explain,
-                     hint_lines, recommendation_line, short_name)
+from .levers import NO_LEVER_SHARE, attacks
+
+AA = measure.aa_name("baseline")  # the A/A arm: the baseline again, in a process of its own
+ROLES = {"candidate": "may be recommended",
+         "not kept": "the combination step did not keep it: not recommended",
+         "hint": "changes the training (the batch size): a throughput hint, never the recommendation"}
+INCONCLUSIVE = "inconclusive (budget)"  # best.confirmed.word when the budget left candidate levers unmeasured
+NO_CANDIDATE_REASON = "no lever was at least 2% faster than the baseline in its search trial, or a near miss"
+ONLY_HINTS_REASON = ("no lever that leaves the training unchanged was at least 2% faster than the baseline in its "
+                     "search trial, or a near miss")
+
+
+def short_name(report: dict[str, Any]) -> str:
+    """The model as ``file.py:FUNC`` without its folder (no machine paths in tables)."""
+    return str(report["model"]).replace("\\", "/").rsplit("/", 1)[-1]
+
+
+def busy_note(report: dict[str, Any]) -> str:
+    """A warning when other processes took CPU time during the confirmation rounds ('' otherwise)."""
+    conf = report["best"].get("confirmed") or {}
+    if not conf.get("reruns"):
+        return ""
+    return (f"Note: {conf['reruns']} confirmation round(s) were measured again because other processes took "
+            "CPU time while they ran; on a quiet machine the verdict is more often decisive.")
+
+
+def confirmation_ran(report: dict[str, Any]) -> bool:
+    """True when interleaved confirmation rounds were measured (for any setting, hints included)."""
+    conf = report.get("confirmation") or {}
+    return bool(conf.get("arms")) and int(conf.get("rounds") or 0) > 0
+
+
+def _interval(v: dict[str, Any]) -> str:
+    return f"no interval: {v['reason']}" if v.get("reason") else f"95% interval {v['low']:.2f}-{v['high']:.2f}"
+
+
+def confirmation_line(report: dict[str, Any]) -> str:
+    """What the confirmation found for the recommendation (or the front-runner), or why nothing was confirmed."""
+    best = report["best"]
+    conf = best.get("confirmed") or {}
+    if conf.get("word") == INCONCLUSIVE:
+        conf = conf.get("front") or {}
+    if conf.get("word") in (None, "no candidate"):
+        reason = conf.get("reason") or NO_CANDIDATE_REASON
+        return reason[0].upper() + reason[1:] + (": nothing to confirm." if reason == NO_CANDIDATE_REASON
+                                                 else ": nothing that could be recommended to confirm.")
+    if conf.get("word") == "not confirmed":
+        return f"Not confirmed: {conf.get('reason', '')}"
+    name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")
+    return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a new process with an "
+            f"empty compile cache: {conf['ratio']:.2f}x ({_interval(conf)}): {conf['word']}.")
+
+
+def confirmation_table(report: dict[str, Any]) -> Table:
+    """Every setting sent to confirmation (role, search speed-up, confirmed ratio, interval, verdict), and those left out."""
+    conf = report.get("confirmation") or {}
+    t = Table(["setting", "role", "search speed-up (x)", "confirmed speed-up (x)", "95% interval (x)", "verdict",
+               "cold warm-up (s)", "step (ms)"],
+              title=f"Confirmation of {short_name(report)}: interleaved rounds against the baseline, "
+                    f"totals for {report['planned_steps']} planned steps")
+    disturbed = bool(conf.get("disturbed"))
+    for arm in conf.get("arms") or []:
+        interval = "-" if arm.get("reason") else f"{arm['low']:.2f}-{arm['high']:.2f}"
+        t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], interval,
+              arm["word"], arm.get("warmup_s"), arm.get("step_ms"))
+    if conf.get("aa"):
+        aa = conf["aa"]
+        t.add(AA, "check", None, aa["ratio"], "-" if aa.get("reason") else f"{aa['low']:.2f}-{aa['high']:.2f}",
+              aa["word"], None, None)
+    for arm in conf.get("left_out") or []:
+        trial = next((x for x in report["trials"] if x["label"] == arm["label"]), {})
+        t.add(arm["label"], arm.get("role", "-"), trial.get("speedup"), None, "-",
+              f"not measured: {arm['reason']}", None, None)
+    notes = []
+    if conf.get("rounds"):
+        notes.append(f"{conf['rounds']} interleaved rounds, each setting a new process with an empty compile cache "
+                     "every round (the baseline's cold warm-up: "
+                     f"{conf.get('baseline_warmup_s') or 0:.2f} s, its step {conf.get('baseline_step_ms') or 0:.3g} ms; "
+                     "medians over rounds); verdict by helpers.measure.verdict.")
+    if conf.get("attempts", 1) > 1:
+        notes.append(f"{conf['attempts']} attempts: the A/A arm gave a verdict, so the comparison was measured again "
+                     "as a whole.")
+    if disturbed:
+        notes.append("Disturbed: the A/A arm still gave a verdict, so no conclusion from this run.")
+    notes.append("Roles: " + "; ".join(f"{k}: {v}" for k, v in ROLES.items()) + ".")
+    t.note = " ".join(notes)
+    return t
+
+
+def recommendation_line(report: dict[str, Any]) -> str:
+    """The recommendation, or PyTorch's defaults and why (the front-runner named as unconfirmed)."""
+    best = report["best"]
+    if best["levers"]:
+        line = (f"Recommendation: {best['label']}, {best['speedup']:.2f}x faster than the baseline over "
+                f"{report['planned_steps']} planned steps (confirmed; warm-up and compile included).")
+        fewer = best.get("fewer_levers")
+        if fewer:
+            line += (f" It has fewer levers than {fewer['over']}, which was not measurably faster than it "
+                     f"({fewer['ratio']:.2f}x, 95% interval {fewer['low']:.2f}-{fewer['high']:.2f}).")
+        return line
+    conf = report.get("confirmation") or {}
+    cand = best.get("unconfirmed")
+    line = "Recommendation: keep PyTorch's defaults on this machine"
+    if (best.get("confirmed") or {}).get("word") == INCONCLUSIVE:
+        line = (f"Recommendation: {INCONCLUSIVE}: {best['confirmed']['reason']}; give --budget more "
+                "seconds before reading it as \"keep PyTorch's defaults\".")
+    elif conf.get("disturbed"):
+        line += ": the confirmation rounds were disturbed, so they give no conclusion."
+    elif confirmation_ran(report) and cand:
+        line += ": nothing that could be recommended was confirmed faster."
+    else:
+        line += "."
+    if cand:
+        line += (f" The search's front-runner, {cand['label']} ({cand['search_speedup']:.2f}x in the search), "
+                 "is unconfirmed: not recommended.")
+    return line
+
+
+def hint_lines(report: dict[str, Any]) -> list[str]:
+    """Throughput hints with their caveat: the levers that change the training (fewer, bigger steps)."""
+    conf = report.get("confirmation") or {}
+    measured = {a["label"]: a for a in conf.get("arms") or [] if a["role"] == "hint"}
+    left = {a["label"]: a for a in conf.get("left_out") or [] if a.get("role") == "hint"}
+    planned = report["planned_steps"]
+    base_batch = report["baseline"].get("batch_size")
+    out = []
+    for t in report["trials"]:
+        if t["stage"] != "single" or not t["ok"] or "batch" not in t["levers"]:
+            continue
+        if t["label"] not in measured and t["label"] not in left and (t["speedup"] or 0) < 1 + measure.MIN_EFFECT:
+            continue  # not faster in the search: no hint at all
+        k = int(t["levers"]["batch"])
+        steps = f"{math.ceil(planned / k):,} steps of batch {t.get('batch_size')}"
+        same = f"the samples of {planned:,} steps of batch {base_batch}"
+        if t["label"] in measured:
+            arm = measured[t["label"]]
+            what = (f"{arm['ratio']:.2f}x ({_interval(arm)}): {arm['word']} in {arm['rounds']} interleaved rounds, "
+                    f"over {steps} ({same})")
+        else:
+            why = left[t["label"]]["reason"] if t["label"] in left else "no confirmation ran"
+            what = f"{t['speedup'] or 0:.2f}x in its one search trial over {steps} ({same}); not confirmed ({why})"
+        out.append(f"Throughput hint, not a recommendation: {t['label']}: {what}. A {k}x batch takes {k}x fewer "
+                   "optimizer steps and changes the optimisation: re-tune the learning rate and check accuracy "
+                   "on your data before keeping it.")
+    return out
+
+
+def break_even_steps(base: dict[str, Any], trial: dict[str, Any]) -> float | None:
+    """Planned steps (of the planned batch) after which ``trial`` beats ``base`` (0: from the start); None if never."""
+    if not (base.get("ok") and trial.get("ok")):
+        return None
+    # A trial with a k-times batch needs k times fewer steps: compare per step of the planned batch.
+    per_step = trial["step_ms"] / int(trial["levers"].get("batch", 1))
+    extra_warm = trial["warmup_s"] - base["warmup_s"]
+    saved_per_step = (base["step_ms"] / int(base["levers"].get("batch", 1)) - per_step) / 1000
+    if saved_per_step <= 0:
+        return None
+    return max(0.0, extra_warm / saved_per_step)
+
+
+def diagnosis_lines(report: dict[str, Any]) -> list[str]:
+    """The diagnosis, the lever tried first, regimes no lever attacks, and the regime the recommendation attacks."""
+    diag = report.get("diagnosis") or {}
+    if not diag.get("shares"):
+        return [f"Diagnosis: none ({diag.get('error') or 'not recorded'}); the trials kept the plan's order."]
+    out = [f"Diagnosis of the baseline step: {diag.get('line')}."]
+    if diag.get("first_trial"):
+        out.append(f"The first trial after the baseline, {diag['first_trial']}, attacks "
+                   f"{diag['attacks'][diag['first_trial']]}.")
+    no_lever = diag.get("no_lever") or {}
+    big = [r for r in no_lever if diag["shares"].get(r, 0.0) >= NO_LEVER_SHARE]
+    out += [f"{r.capitalize()} takes {diag['shares'][r]:.0%} of the step and no tuner lever attacks it: see "
+            f"{no_lever[r]}." for r in big]
+    rest = [r for r in no_lever if r not in big]
+    if rest:
+        out.append(f"No tuner lever attacks {' or '.join(rest)} (its trials time one batch in memory, in one process): "
+                   + "; ".join(f"{r}: {no_lever[r]}" for r in rest) + ".")
+    best = report["best"]
+    if best["levers"] and diag.get("top") and diag["top"] not in attacks(best["levers"]):
+        out.append(f"The recommended {best['label']} attacks {', '.join(sorted(attacks(best['levers'])))}, not "
+                   f"{diag['top']}, the regime the diagnosis named.")
+    return out
 
 
 def table(report: dict[str, Any], *, with_confirmation: bool = True) -> Table:
-    """Every trial: levers, ok, step time (median, spread), warm-up, projected total, speed-up, loss check.
-    The note ends with the confirmation's line unless ``with_confirmation`` is False (``summary`` prints it
-    after the confirmation table instead)."""
+    """Every trial: levers, ok, step time (median, spread), warm-up, projected total, speed-up, loss check; the
+    note ends with the confirmation's line unless ``with_confirmation`` is False."""
     t = Table(["trial", "stage", "ok", "batch", "step (ms)", "spread (ms)", "warm-up (s)",
                f"total for {report['planned_steps']} steps (s)", "search speed-up (x)", "loss diff (% of start)", "error"],
               title=f"Tuning {short_name(report)} on {report['device']}")
@@ -78,7 +257,7 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
     code: list[str] = []
     if levers.get("omp"):
         threads = levers.get("threads") or system.topology().physical_cores
-        for k, v in system.openmp_env(levers["omp"], int(threads)).items():
+        for k, v in openmp.openmp_env(levers["omp"], int(threads)).items():
             v = _env_path(v) if k == "LD_PRELOAD" else v
             env.append(f'{k}="{v}"' if " " in v else f"{k}={v}")
     elif levers.get("threads"):
@@ -164,11 +343,7 @@ def write_outputs(report: dict[str, Any], out: Path, chapter: str = "tune") -> P
 
 
 def rescore(report: dict[str, Any], planned_steps: int) -> Table:
-    """The measured trials projected to another number of planned steps (no new measurement).
-
-    A trial's total is its warm-up plus its median step time for the remaining steps, so a
-    lever with a big warm-up (compilation) can lose over a short run and win over a long one.
-    """
+    """The measured trials projected to another number of planned steps (warm-up plus median steps; no new measurement)."""
     guard = int(report.get("guard_steps", 10))
     base = report["baseline"]
 

@@ -1,40 +1,60 @@
-"""Tune your own model: search the course's levers by measured time, within a time budget.
+"""Tune your own model (chapter 13, ``make tune``): ``python -m helpers.tune --model FILE.py:FUNC --out DIR``.
 
-``python -m helpers.tune --model FILE.py:FUNC --out DIR`` (``make tune``). The baseline trial also
-diagnoses the step (which regime bounds it) and the levers that attack that regime are tried first; then
-the winners are combined and ``helpers.tune.confirm`` decides. The method is told in docs/tools.md."""
+Within a time budget, each lever runs alone in a new trial process (the levers that attack the regime the
+baseline's diagnosis names first), the winners are combined greedily, and interleaved rounds in new processes
+(``variants.fresh_process_rounds``) confirm before anything is recommended. The method is in docs/tools.md."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
-from .. import devices, measure
+from .. import devices, measure, processes, variants
 from . import report as tune_report
-from . import confirm as confirm_arms
-from .levers import DEFAULT_COMPILE_S, KINDS, changes_training, label, plan_levers  # noqa: F401  (KINDS: chapter 13)
-from .levers import by_diagnosis, diagnosis_record
-from .sessions import RoundSession, Runner, RunnerSession, SessionFactory, subprocess_runner
+from .report import AA, INCONCLUSIVE, NO_CANDIDATE_REASON, ONLY_HINTS_REASON
+from .levers import DEFAULT_COMPILE_S, KINDS, by_diagnosis, changes_training, child_env, diagnosis_record, label, plan_levers
 from .trial import ModelSpecError, TuneError, load_workload
 
-
+Runner = Callable[[dict[str, Any], float], dict[str, Any]]
 FORMAT_VERSION = 4  # 4: a top-level "diagnosis"; best.confirmed.word may be "inconclusive (budget)"
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
 MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
-NEAR_MISS = 0.75
-"""A single lever that leaves the training unchanged and reached at least this fraction of the
-baseline's speed in its one search trial is also sent to confirmation (when the budget holds it):
-one trial in a fresh process can be off by a fifth or more on a shared machine (chapter 13 once saw
-channels-last at 0.91x in its search trial and 1.18x in interleaved rounds)."""
+NEAR_MISS = 0.75  # a single lever this close to the baseline in its one trial is confirmed too (docs/tools.md)
 BATCH_GUARD = ("untested: the batch lever repeats your one batch, so its loss equals the baseline's by "
                "construction; check accuracy on your real data")
+MAX_ARMS = 4  # arms besides the baseline (and the A/A arm) in one confirmation
+
+
+def trial_command(levers: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
+    """The command line and extra environment of a trial process with ``levers``."""
+    return [sys.executable, "-m", "helpers.tune.trial"], child_env(levers)
+
+
+def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]:
+    """One trial in a new process with an empty compile cache of its own (removed after), killed past ``timeout``."""
+    start, cache = time.monotonic(), tempfile.mkdtemp(prefix="tune-cache-")
+    argv, env = trial_command(request.get("levers", {}))
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": cache, "TRITON_CACHE_DIR": os.path.join(cache, "triton")}
+    kids = processes.Children({"trial": (argv, env)}, startup_timeout=max(timeout, 1.0))
+    try:
+        kids.start()
+        return kids.ask("trial", request, timeout=max(1.0, timeout - (time.monotonic() - start)))
+    except processes.ChildError as exc:
+        if "within" in str(exc):
+            return {"ok": False, "error": f"timed out after {timeout:.0f} s (killed: the trial ran past its time limit)"}
+        return {"ok": False, "error": f"the trial process failed: {processes.tail(str(exc), 1)[:300]}"}
+    finally:
+        kids.close()
+        shutil.rmtree(cache, ignore_errors=True)
 
 
 def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: int, guard_steps: int,
@@ -87,9 +107,8 @@ class _Search:
                         bar_format="{desc}: {n:.0f}/{total:.0f} s of budget |{bar}| {postfix}")
 
     def kept(self, reserve: bool = True) -> float:
-        """Seconds of the budget kept back from trials: a little for writing the report and, with
-        ``reserve``, enough for the fewest confirmation rounds that give a verdict to one setting as
-        costly as the baseline (more settings are confirmed when the search leaves more time)."""
+        """Seconds kept back from trials: for the report and, with ``reserve``, the fewest confirmation rounds
+        that give one setting as costly as the baseline a verdict."""
         kept = REPORT_RESERVE_S
         if reserve and self.base_raw is not None and self.confirm_rounds:
             kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * (2 * self.base_trial_s() + self.startup_s(2))
@@ -104,8 +123,7 @@ class _Search:
         return float(self.base_raw.get("child_s") or self.base_wall) if self.base_raw else 0.0
 
     def startup_s(self, processes: int) -> float:
-        """Seconds ``processes`` trial processes take to start side by side (as many at a time as there
-        are cores), from the baseline's: its wall time less the trial's own."""
+        """Seconds ``processes`` trial processes take to start side by side, from the baseline's start-up."""
         one = max(0.0, self.base_wall - self.base_trial_s())
         return one * math.ceil(processes / max(1, os.cpu_count() or 1))
 
@@ -124,9 +142,8 @@ class _Search:
         return base is not None and any(is_winner(base, t) or is_near_miss(base, t) for t in self.trials[1:])
 
     def run(self, levers: dict[str, Any], stage: str) -> dict[str, Any] | None:
-        """Measure one set of levers if the budget holds it; None (recorded as skipped) otherwise.
-        While no trial has given the confirmation anything to measure, its reserve may go to trials
-        (a later candidate then gets what is left, and says so if that is too little)."""
+        """Measure one set of levers if the budget holds it (the confirmation's reserve too while nothing is
+        nominated); None, recorded as skipped, otherwise."""
         left = self.left()
         est = self.estimate(levers) if self.base_raw is not None else left
         borrowed = est > left and self.base_raw is not None and not self.candidate_found()
@@ -169,26 +186,19 @@ def _speedup(base: dict[str, Any], trial: dict[str, Any]) -> float:
 
 
 def is_winner(base: dict[str, Any], trial: dict[str, Any]) -> bool:
-    """A trial is a winner (it goes to the confirmation) when it was at least ``MIN_GAIN`` faster than
-    ``base`` over the planned steps in its search trial. Nothing else is asked of one trial: whether
-    the gain is real is for the interleaved confirmation rounds to say, not the spread of a few
-    timed blocks (that gate dropped channels-last, which interleaved rounds then found 1.23x faster)."""
+    """A trial at least ``MIN_GAIN`` faster than ``base`` over the planned steps: it goes to the confirmation."""
     return bool(trial.get("ok")) and trial is not base and _speedup(base, trial) >= 1 + MIN_GAIN
 
 
 def is_near_miss(base: dict[str, Any], trial: dict[str, Any]) -> bool:
-    """A single lever that leaves the training unchanged, ran, was not a winner, and reached at least
-    ``NEAR_MISS`` of the baseline's speed in its one search trial: worth confirming, since one trial
-    can hide a real gain."""
+    """A single lever, training unchanged, not a winner but at least ``NEAR_MISS`` of the baseline's speed."""
     return (bool(trial.get("ok")) and trial is not base and not changes_training(trial["levers"])
             and NEAR_MISS <= _speedup(base, trial) < 1 + MIN_GAIN)
 
 
 def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Greedy: start from the best single lever, add the next winners (best per kind) one by one, keep
-    an addition only when the combination is at least ``MIN_GAIN`` faster than without it. Levers that
-    change the training (the batch size) stay out: they are hints, never part of a recommendation.
-    Returns the kept combination's trial (a single lever when nothing was added), None without winners."""
+    """The greedy combination's trial: the best winner, each next winner (best per kind, no batch) kept only when
+    again ``MIN_GAIN`` faster; None without winners."""
     base = search.trials[0]
     best_per_kind: dict[str, dict[str, Any]] = {}
     for t in singles:
@@ -208,51 +218,38 @@ def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] |
     return current
 
 
-def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any] | None,
-            session_factory: SessionFactory | None, rounds: int) -> dict[str, Any]:
-    """Measure the best few ``winners`` again against the baseline in interleaved rounds, a new process per
-    arm and round (``helpers.tune.confirm``: which arms, the A/A arm, the verdicts).
-
-    Every process trains a fresh seeded model with an empty compile cache (its cold warm-up and compile
-    included in its projected total, as in the search). Returns the confirmation record of
-    ``confirm.measure_arms`` plus ``"left_out"`` (arms the budget or ``MAX_ARMS`` kept out), or
-    ``{"word": "not confirmed", "rounds": 0, "reason": ...}`` when no arm could be measured.
-    """
+def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any] | None, rounds: int) -> dict[str, Any]:
+    """The best few ``winners`` the budget holds, measured again against the baseline (``measure_arms``), with
+    ``"left_out"``: the arms the budget or ``MAX_ARMS`` kept out."""
     kept_levers = kept["levers"] if kept else None
-    arms = confirm_arms.order_arms(winners, kept_levers)
+    arms = order_arms(winners, kept_levers)
     if rounds < 1:
         return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)",
                 "left_out": [{"label": a["label"], "levers": a["levers"], "reason": "confirmation turned off",
-                              "role": confirm_arms.arm_role(a, kept_levers)} for a in arms]}
+                              "role": arm_role(a, kept_levers)} for a in arms]}
     base_s = search.base_trial_s()
-    chosen, left_out, afford = confirm_arms.fit_arms(arms, base_s, search.left(reserve=False), rounds,
-                                                     startup=search.startup_s)
-    roles = {a["label"]: confirm_arms.arm_role(a, kept_levers) for a in arms}
+    chosen, left_out, afford = fit_arms(arms, base_s, search.left(reserve=False), rounds, startup=search.startup_s)
+    roles = {a["label"]: arm_role(a, kept_levers) for a in arms}
     for x in left_out:
         x["role"] = roles[x["label"]]
     if not chosen:
-        first = confirm_arms.round_s(arms[:1], base_s) + search.startup_s(confirm_arms.processes(arms[:1]))
+        first = round_s(arms[:1], base_s) + search.startup_s(process_count(arms[:1]))
         return {"word": "not confirmed", "rounds": 0, "left_out": left_out,
                 "reason": f"the budget left room for {max(int(search.left(reserve=False) // first), 0)} confirmation "
                           f"rounds; a verdict needs {measure.MIN_ROUNDS} (about {first * measure.MIN_ROUNDS:.0f} s): "
                           "give a larger budget"}
-    per_round = confirm_arms.round_s(chosen, base_s)
+    per_round = round_s(chosen, base_s)
     steps, guard = search.planned_steps, search.request["guard_steps"]
 
-    def total(levers: dict[str, Any], raw: dict[str, Any]) -> float:
-        t = make_trial(levers, raw, planned_steps=steps, guard_steps=guard, base_raw=None, loss_tol=search.loss_tol,
-                       stage="confirm", wall_s=0.0)
-        return float(t["total_s"])
+    def total(raw: dict[str, Any]) -> float:  # as make_trial projects it: cold warm-up plus the remaining steps
+        return raw["warmup_s"] + raw["step_ms"] / 1000 * max(0, math.ceil(steps / int(raw.get("batch_factor", 1))) - guard)
 
     search.bar.set_postfix_str(f"confirming {len(chosen)} setting(s)")
-    if session_factory is None:
-        session_factory = RoundSession
     # a disturbed comparison (its A/A arm got a verdict) is measured again only as often as the budget holds
-    passes = int(search.left(reserve=False) // (afford * (per_round + search.startup_s(confirm_arms.processes(chosen)))))
-    record = confirm_arms.measure_arms(
-        chosen, search.request, rounds=afford, kept=kept_levers, factory=session_factory,
-        timeout=max(30.0, 3 * per_round), total=total,
-        attempts=None if passes >= measure.AA_ATTEMPTS else max(1, passes))
+    passes = int(search.left(reserve=False) // (afford * (per_round + search.startup_s(process_count(chosen)))))
+    record = measure_arms(chosen, search.request, rounds=afford, kept=kept_levers, timeout=max(30.0, 3 * per_round),
+                          total=total, attempts=None if passes >= measure.AA_ATTEMPTS else max(1, passes),
+                          runner=None if search.runner is subprocess_runner else search.runner)
     record["left_out"] = left_out
     return record
 
@@ -261,20 +258,10 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
          out: str | Path | None = None, kinds: Sequence[str] | None = None, loss_tol: float = 0.05,
          guard_steps: int = 10, repeats: int = 3, block_s: float = 0.25, seed: int = 0,
          runner: Runner | None = None, progress: bool = True, chapter: str = "tune",
-         started: float | None = None, confirm_rounds: int | None = None,
-         session_factory: SessionFactory | None = None, diagnose: bool = True) -> dict[str, Any]:
-    """Search the levers for ``model`` (``FILE.py:FUNC``) and return the tune.json report.
-
-    With ``out``, writes ``out/tune.json``, ``out/rows.jsonl`` and ``out/tune.png``. ``kinds``
-    limits the lever kinds (see ``KINDS``). ``runner`` replaces the child-process runner (tests).
-    ``started`` is the ``time.perf_counter()`` the budget counts from (default: now).
-    ``confirm_rounds`` (default ``measure.ROUNDS``) interleaved rounds confirm the winners
-    against the baseline; ``session_factory`` replaces their child processes (tests; by default a
-    given ``runner`` is used for them too). ``diagnose=False`` skips the baseline's diagnosis (the trials
-    then keep the plan's order).
-    Raises TuneError for a model spec, device or baseline the reader has to fix.
-    """
-
+         started: float | None = None, confirm_rounds: int | None = None, diagnose: bool = True) -> dict[str, Any]:
+    """Search the levers for ``model`` (``FILE.py:FUNC``); the tune.json report, also written to ``out``. ``kinds``: a
+    subset of ``KINDS``; ``runner``: trials in this process (tests); ``started``: the ``time.perf_counter()`` the budget
+    counts from; ``diagnose=False`` keeps the plan's order. Raises TuneError for what the reader has to fix."""
     started = time.perf_counter() if started is None else started
     if planned_steps < 1 or budget <= 0 or guard_steps < 2 or repeats < 1:
         raise TuneError("planned_steps and budget must be positive, guard_steps >= 2 and repeats >= 1")
@@ -310,15 +297,13 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
         t["near_miss"] = True
     confirmation: dict[str, Any] = {"word": "no candidate", "rounds": 0, "arms": []}
     if winners or near:
-        if session_factory is None and runner is not None:
-            session_factory = lambda reqs, timeout: RunnerSession(runner, reqs, timeout)  # noqa: E731
-        confirmation = confirm(search, winners + near, kept, session_factory, confirm_rounds)
+        confirmation = confirm(search, winners + near, kept, confirm_rounds)
     search.bar.close()
     # the search's front-runner among what may be recommended (None: nothing to recommend): the kept
     # combination, else the best near miss
     front = kept if kept is not None else (near[0] if near else None)
-    reason = confirm_arms.ONLY_HINTS_REASON if winners else confirm_arms.NO_WINNER_REASON
-    best = confirm_arms.recommend(confirmation, base["total_s"], front, reason, _unmeasured(search, cands, confirmation))
+    reason = ONLY_HINTS_REASON if winners else NO_CANDIDATE_REASON
+    best = recommend(confirmation, base["total_s"], front, reason, _unmeasured(search, cands, confirmation))
     report = {**_report(search, model, dev, planned_steps, budget, kinds, confirmation, best), "diagnosis": diagnosis}
     if out is not None:
         tune_report.write_outputs(report, Path(out), chapter=chapter)
@@ -326,8 +311,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
 
 
 def _unmeasured(search: _Search, cands: list[dict[str, Any]], confirmation: dict[str, Any]) -> tuple[int, int]:
-    """(N, M): N of the M levers that could be recommended the budget left unmeasured (never tried, or
-    nominated and left out of the confirmation)."""
+    """(N, M): N of the M levers that could be recommended the budget left unmeasured (untried or not confirmed)."""
     labels = {label(c) for c in cands if not changes_training(c)}
     left = [x for x in search.skipped + (confirmation.get("left_out") or []) if x["label"] in labels
             and x.get("role", "candidate") == "candidate" and str(x["reason"]).startswith("budget")]
@@ -336,9 +320,6 @@ def _unmeasured(search: _Search, cands: list[dict[str, Any]], confirmation: dict
 
 def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, budget: float,
             kinds: Sequence[str] | None, confirmation: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
-    base = search.trials[0]
-    for t in search.trials:
-        t["speedup"] = _speedup(base, t) or None
     return {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
             "planned_steps": planned_steps, "budget_s": budget,
             "elapsed_s": round(time.perf_counter() - search.start, 1),
@@ -346,8 +327,160 @@ def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, 
             "kinds": list(kinds) if kinds else list(KINDS), "torch": torch.__version__,
             "optimizer": search.base_raw.get("optimizer") if search.base_raw else None,
             "logical_cores": os.cpu_count(),
-            "baseline": base, "trials": search.trials, "skipped": search.skipped,
+            "baseline": search.trials[0], "trials": search.trials, "skipped": search.skipped,
             "confirmation": confirmation, "best": best}
+
+
+def role(levers: dict[str, Any], kept: dict[str, Any] | None, near_miss: bool = False) -> str:
+    """``hint`` (changes the training), ``candidate`` (in the kept combination, or a single near miss) or
+    ``not kept`` (the combination step dropped it)."""
+    if changes_training(levers):
+        return "hint"
+    kept = kept or {}
+    if near_miss and len(levers) == 1:
+        return "candidate"
+    return "candidate" if levers and all(kept.get(k) == v for k, v in levers.items()) else "not kept"
+
+
+def arm_role(trial: dict[str, Any], kept: dict[str, Any] | None) -> str:
+    """``role`` of a search trial sent to confirmation (its ``near_miss`` mark included)."""
+    return role(trial["levers"], kept, bool(trial.get("near_miss")))
+
+
+def order_arms(winners: Sequence[dict[str, Any]], kept: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """The trials to confirm (winners and near misses), once each: candidates first, then by projected total."""
+    seen: set[str] = set()
+    arms = []
+    for t in winners:
+        if t["label"] not in seen:
+            seen.add(t["label"])
+            arms.append(t)
+    return sorted(arms, key=lambda t: (arm_role(t, kept) != "candidate", t["total_s"]))
+
+
+def round_s(arms: Sequence[dict[str, Any]], base_s: float) -> float:
+    """Seconds one round's trials take (the baseline, each arm, the A/A arm from two arms on), start-up not counted."""
+    return base_s * (2 if len(arms) >= 2 else 1) + sum(float(a.get("child_s") or a.get("wall_s") or base_s)
+                                                        for a in arms)
+
+
+def process_count(arms: Sequence[dict[str, Any]]) -> int:
+    """Child processes a confirmation of ``arms`` starts: the baseline, each arm, the A/A arm with two or more."""
+    return 1 + len(arms) + (1 if len(arms) >= 2 else 0)
+
+
+def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, rounds: int,
+             startup: Callable[[int], float] = lambda n: 0.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """``(chosen, left_out, rounds)``: the best few arms ``left_s`` seconds hold (at most ``MAX_ARMS``; the first
+    needs the fewest rounds that give a verdict, each further one all ``rounds``). ``startup(n)``: seconds ``n``
+    processes take to start side by side, paid every round."""
+    chosen: list[dict[str, Any]] = []
+    left_out: list[dict[str, Any]] = []
+
+    def afford(trial: Sequence[dict[str, Any]]) -> tuple[int, float]:
+        per = round_s(trial, base_s) + startup(process_count(trial))
+        return (int(left_s // per) if per > 0 else rounds), per
+
+    for arm in arms:
+        if len(chosen) >= MAX_ARMS:
+            reason = f"a confirmation measures the best {MAX_ARMS} arms at most"
+        else:
+            can, per = afford([*chosen, arm])
+            need = min(rounds, measure.MIN_ROUNDS) if not chosen else rounds
+            if can >= need:
+                chosen.append(arm)
+                continue
+            reason = (f"budget: {need} rounds with it would take about {need * per:.0f} s, "
+                      f"{max(left_s, 0):.0f} s were left")
+        left_out.append({"label": arm["label"], "levers": dict(arm["levers"]), "reason": reason})
+    return chosen, left_out, min(rounds, afford(chosen)[0]) if chosen else 0
+
+
+def _verdict(v: measure.Verdict) -> dict[str, Any]:
+    return {"ratio": v.ratio, "low": v.low, "high": v.high, "word": v.word, "rounds": v.rounds, "reason": v.reason}
+
+
+def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rounds: int, kept: dict[str, Any] | None,
+                 timeout: float, total: Callable[[dict[str, Any]], float], attempts: int | None = None,
+                 runner: Runner | None = None) -> dict[str, Any]:
+    """The baseline and ``arms`` (the A/A arm too from two arms on) in interleaved rounds, a new trial process per arm
+    and round (``runner``: in this process, tests); ``total(raw)`` is the value compared. Returns the confirmation
+    record of tune.json, or ``{"word": "not confirmed", "rounds": 0, "reason"}`` when a trial failed."""
+    levers = {"baseline": {}, **{a["label"]: dict(a["levers"]) for a in arms}, **({AA: {}} if len(arms) >= 2 else {})}
+    requests = {name: {**request, "levers": lv, "arm": name} for name, lv in levers.items()}
+
+    def value(raw: dict[str, Any]) -> tuple[float, dict[str, float]]:
+        if not raw.get("ok"):
+            raise TuneError(f"confirmation: a trial failed: {raw.get('error')}")
+        return float(total(raw)), {"warmup_s": float(raw["warmup_s"]), "step_ms": float(raw["step_ms"])}
+
+    try:
+        if runner is not None:
+            got = measure.interleaved({n: (lambda r=r: value(runner(r, timeout))) for n, r in requests.items()}, rounds,
+                                      progress=False, attempts=attempts)
+        else:
+            got = variants.fresh_process_rounds({n: trial_command(r["levers"]) for n, r in requests.items()},
+                                                rounds=rounds, requests=requests, value=value, timeout=timeout,
+                                                progress=False, fresh_cache=True, attempts=attempts)[0]
+    except (TuneError, processes.ChildError) as exc:
+        return {"word": "not confirmed", "rounds": 0, "reason": str(exc)}
+    aa = got.aa_verdict()
+    out = []
+    for a in arms:
+        v = _verdict(got.verdict(a["label"], "baseline"))
+        out.append({"label": a["label"], "levers": dict(a["levers"]), "role": arm_role(a, kept),
+                    "search_speedup": a.get("speedup"), **v, "totals_s": list(got.samples[a["label"]]),
+                    **got.result(a["label"]).metrics})
+    base = got.result("baseline").metrics
+    return {"rounds": got.rounds, "attempts": got.attempts, "reruns": got.reruns, "disturbed": got.aa_failed,
+            "aa": None if aa is None else _verdict(aa), "baseline_s": list(got.samples["baseline"]),
+            "baseline_warmup_s": base.get("warmup_s"), "baseline_step_ms": base.get("step_ms"), "arms": out}
+
+
+def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, Any] | None,
+              no_candidate_reason: str = NO_CANDIDATE_REASON, unmeasured: tuple[int, int] = (0, 0)) -> dict[str, Any]:
+    """tune.json's ``best``: the candidate arm confirmed "faster" with the fewest levers the fastest is not
+    measurably faster than; else the defaults, ``front`` named as unconfirmed (``INCONCLUSIVE`` when
+    ``unmeasured``, (N, M), says the budget left N of M candidates unmeasured)."""
+    arms = confirmation.get("arms") or []
+    disturbed = bool(confirmation.get("disturbed"))
+    faster = [a for a in arms if a["role"] == "candidate" and a["word"] == "faster" and not disturbed]
+    if faster:
+        top = max(faster, key=lambda a: a["ratio"])
+        pick = top
+        for a in sorted(faster, key=lambda a: (len(a["levers"]), -a["ratio"])):
+            if a is top or measure.verdict(a["totals_s"], top["totals_s"]).word != "faster":
+                pick = a
+                break
+        best = {"label": pick["label"], "levers": dict(pick["levers"]), "speedup": pick["ratio"],
+                "total_s": base_total / pick["ratio"], "confirmed": _record(pick, confirmation)}
+        if pick is not top:
+            v = measure.verdict(pick["totals_s"], top["totals_s"])
+            best["fewer_levers"] = {"over": top["label"], "ratio": v.ratio, "low": v.low, "high": v.high,
+                                    "word": v.word, "rounds": v.rounds}
+        return best
+    measured = {a["label"]: a for a in arms}
+    if front is None:
+        confirmed = {"word": "no candidate", "rounds": 0, "reason": no_candidate_reason}
+    elif front["label"] in measured:
+        confirmed = _record(measured[front["label"]], confirmation)
+    else:
+        confirmed = {"word": "not confirmed", "rounds": 0,
+                     "reason": confirmation.get("reason") or "the budget did not hold its confirmation"}
+    if unmeasured[0] and not disturbed:
+        confirmed = {**confirmed, "word": INCONCLUSIVE, "front": confirmed,
+                     "reason": f"{unmeasured[0]} of {unmeasured[1]} candidates not measured"}
+    unconfirmed = (None if front is None else
+                   {"label": front["label"], "levers": dict(front["levers"]), "search_speedup": front.get("speedup")})
+    return {"label": "baseline", "levers": {}, "speedup": 1.0, "total_s": base_total, "confirmed": confirmed,
+            "unconfirmed": unconfirmed}
+
+
+def _record(arm: dict[str, Any], confirmation: dict[str, Any]) -> dict[str, Any]:
+    """``best.confirmed``: the arm's verdict with how the rounds were taken."""
+    return {"ratio": arm["ratio"], "low": arm["low"], "high": arm["high"], "word": arm["word"],
+            "rounds": arm["rounds"], "reason": arm.get("reason", ""), "reruns": confirmation.get("reruns", 0),
+            "attempts": confirmation.get("attempts", 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -375,4 +508,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(tune_report.summary(report))
     print(f"\nwrote {Path(args.out) / 'tune.json'}, rows.jsonl and tune.png")
     return 0
-

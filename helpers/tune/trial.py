@@ -1,7 +1,6 @@
-"""One tuning trial: a reader's model trained for a few steps with a set of levers, timed, in its own
-process (``python -m helpers.tune.trial``, a ``helpers.children`` child): one JSON request line, one
-fresh seeded model, one ``RESULT {json}`` line. The baseline's request also asks for the diagnosis
-(``helpers.diagnose``). FUNC's contract and the levers are in docs/tools.md and ``run_trial``."""
+"""One tuner trial (``python -m helpers.tune.trial``, a ``helpers.processes`` worker): each request trains a fresh
+seeded copy of the reader's model (``FILE.py:FUNC``) with some levers and answers its step times and guard
+losses; the baseline's request also asks for the diagnosis. FUNC's contract is in docs/tools.md."""
 
 from __future__ import annotations
 
@@ -13,21 +12,22 @@ import statistics
 import sys
 import time
 import traceback
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-if __name__ == "__main__":  # a trial's own process (python -m helpers.tune.trial), not an import
-    from ..startup import import_frozen
+if __name__ == "__main__":  # a trial's own process: torch and this module imported frozen (helpers.processes)
+    from ..processes import worker_main
 
-    import_frozen("torch")  # starts sooner (see helpers.startup)
+    worker_main("helpers.tune.trial")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
-from .. import devices
-from ..seeds import set_seed
-from ..step import train_step
+from .. import devices  # noqa: E402
+from ..seeds import set_seed  # noqa: E402
+from ..step import train_step  # noqa: E402
 
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
@@ -152,14 +152,9 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_steps: int = 10,
               repeats: int = 3, block_s: float = 0.25, seed: int = 0) -> dict[str, Any]:
-    """Train a fresh seeded copy of the model with ``levers`` and time it (in this process).
-
-    The first ``guard_steps`` steps are the warm-up (compilation happens there) and are timed
-    as one block; the loss of the last of them is the accuracy guard. Then ``repeats`` blocks
-    of steps, each long enough to last about ``block_s`` seconds, give the steady step time.
-    Returns a dict with ``ok`` and, when ok, ``step_ms`` (median), ``samples_ms``, ``warmup_s``,
-    ``first_loss`` and ``guard_loss``; when not ok, ``error``.
-    """
+    """Train a fresh seeded copy of the model with ``levers`` and time it here: the first ``guard_steps`` steps are the
+    warm-up, one block (compilation; the last one's loss is the accuracy guard), then ``repeats`` blocks of about
+    ``block_s`` seconds give the steady step time."""
     dev = devices.get_device(device)
     if levers.get("threads"):
         torch.set_num_threads(int(levers["threads"]))
@@ -226,7 +221,7 @@ def short_error(exc: BaseException) -> str:
 
 
 def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
-    """The regime split of one step of a fresh seeded copy of the model (``helpers.diagnose``), as plain data."""
+    """The regime split of one step of a fresh seeded model (``helpers.diagnose``), as plain data."""
     try:
         from .. import diagnose  # noqa: PLC0415  (the tuner's one use of it)
     except ImportError as exc:
@@ -242,12 +237,10 @@ def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """One trial from a request dict (model, levers, device, guard_steps, repeats, block_s, seed, and
-    ``diagnose`` for the baseline); a failing lever or diagnosis is a result (with its error), not a crash."""
+    """One trial from a request (model, levers, device, guard_steps, repeats, block_s, seed, diagnose); a failing
+    lever or diagnosis is a result with its error, not a crash."""
     start = time.perf_counter()
     try:
-        import warnings  # noqa: PLC0415
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             result = run_trial(request["model"], request.get("levers", {}), device=request.get("device", "cpu"),
@@ -267,17 +260,6 @@ def handle(request: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def main() -> int:
-    """Child-process entry point (``helpers.children`` protocol): one trial per request line."""
-    from ..children import serve  # noqa: PLC0415
-
-    serve(handle)
-    return 0
-
-
-if __name__ == "__main__":
-    from ..startup import exit_without_collection
-
-    exit_code = main()
-    exit_without_collection()
-    sys.exit(exit_code)
+def worker(argv: list[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The worker hook of ``helpers.processes.worker_main``: every request is one trial."""
+    return handle

@@ -10,13 +10,8 @@ import numpy as np
 import pytest
 import torch
 
-from helpers import models
-from helpers.deploy import engines, rounds, served
-
-
-def tiny_spec() -> served.ModelSpec:
-    torch.manual_seed(0)
-    return served.ModelSpec("tiny", models.small_cnn(3, 10).eval(), (3, 16, 16), "tiny test CNN")
+from helpers import deploy
+from helpers.deploy import engines
 
 
 def test_parse_engines():
@@ -32,18 +27,18 @@ def test_parse_engines():
 
 
 @pytest.mark.parametrize("exporter", engines.EXPORTERS)
-def test_dynamic_batch_export(tmp_path, exporter):
+def test_dynamic_batch_export(tmp_path, exporter, tiny_spec):
     import onnx
 
-    spec = tiny_spec()
-    x = served.fixed_batch(spec.input_shape, 2)
+    spec = tiny_spec
+    x = deploy.fixed_batch(spec.input_shape, 2)
     path = tmp_path / "m.onnx"
     assert engines.export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=True, exporter=exporter) > 0
     graph = onnx.load(str(path))
     assert [d.dim_param or d.dim_value for d in graph.graph.input[0].type.tensor_type.shape.dim] == ["batch", 3, 16, 16]
     assert {o.version for o in graph.opset_import if o.domain in ("", "ai.onnx")} == {engines.OPSET}
     run, precision = engines.onnxruntime_runner(path, "CPUExecutionProvider")
-    five = served.fixed_batch(spec.input_shape, 5)
+    five = deploy.fixed_batch(spec.input_shape, 5)
     with torch.inference_mode():
         expected = spec.model(torch.from_numpy(five)).numpy()
     out = run(five)
@@ -105,7 +100,7 @@ def test_export_failure_names_the_operator(tmp_path):
                        r"\(torchscript exporter\): operator adaptive_avg_pool2d at opset 20"):
         engines.export_onnx(pool, torch.randn(1, 1, 4, 4), tmp_path / "p.onnx", exporter="torchscript")
     engines.export_onnx(pool, torch.randn(1, 1, 4, 4), tmp_path / "p.onnx")  # ... but by the dynamo exporter
-    x = served.fixed_batch((1, 4, 4), 1)
+    x = deploy.fixed_batch((1, 4, 4), 1)
     run, _ = engines.onnxruntime_runner(tmp_path / "p.onnx", "CPUExecutionProvider")
     assert np.abs(run(x) - pool(torch.from_numpy(x)).numpy()).max() < 1e-6
 
@@ -125,14 +120,14 @@ def test_missing_engine_says_how_to_install(monkeypatch):
         engines.onnxruntime_providers("cpu")
 
 
-def test_unsupported_device_is_named():
+def test_unsupported_device_is_named(tiny_spec):
     import onnxruntime as ort
 
     if not set(engines.GPU_PROVIDERS) & set(ort.get_available_providers()):
         with pytest.raises(engines.DeployError, match="no GPU execution provider"):
             engines.onnxruntime_providers("gpu")
     with pytest.raises(engines.DeployError, match="Unknown --device"):
-        rounds.compare(tiny_spec(), device="tpu")
+        deploy.compare(tiny_spec, device="tpu")
 
 
 def test_openvino_devices():
@@ -161,15 +156,15 @@ def test_import_engine_returns_the_module_or_says_how_to_install(monkeypatch):
         engines.import_engine("openvino")
 
 
-def test_eager_devices_and_runner(monkeypatch):
+def test_eager_devices_and_runner(monkeypatch, tiny_spec):
     assert engines.eager_devices("cpu") == ["cpu"]
     monkeypatch.setattr(engines.devices, "available_devices", lambda: ["xpu", "cpu"])
     assert engines.eager_devices("gpu") == ["xpu"] and engines.eager_devices("auto") == ["cpu", "xpu"]
     monkeypatch.setattr(engines.devices, "available_devices", lambda: ["cpu"])
     with pytest.raises(engines.DeployError, match="PyTorch sees no GPU here"):
         engines.eager_devices("gpu")
-    spec = tiny_spec()
-    x = served.fixed_batch(spec.input_shape, 2)
+    spec = tiny_spec
+    x = deploy.fixed_batch(spec.input_shape, 2)
     run, precision = engines.eager_runner(spec.model, "cpu", None)
     with torch.inference_mode():
         expected = spec.model(torch.from_numpy(x)).numpy()
@@ -180,10 +175,10 @@ def test_eager_devices_and_runner(monkeypatch):
     assert np.abs(out - expected).max() < 0.1
 
 
-def test_openvino_runner_reports_the_precision_it_uses(tmp_path):
+def test_openvino_runner_reports_the_precision_it_uses(tmp_path, tiny_spec):
     pytest.importorskip("openvino")
-    spec = tiny_spec()
-    x = served.fixed_batch(spec.input_shape, 2)
+    spec = tiny_spec
+    x = deploy.fixed_batch(spec.input_shape, 2)
     path = tmp_path / "m.onnx"
     engines.export_onnx(spec.model, torch.from_numpy(x), path)
     run, precision = engines.openvino_runner(path, "CPU", "f32")

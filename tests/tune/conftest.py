@@ -21,7 +21,7 @@ def _fake_runner(step_ms: dict[str, float], fail: dict[str, str] | None = None, 
     def run(request, timeout):
         calls.append((request["levers"], timeout))
         time.sleep(sleep)
-        name = tune.label(request["levers"])
+        name = request.get("arm") or tune.label(request["levers"])  # the confirmation names its arms
         if fail and name in fail:
             return {"ok": False, "error": fail[name]}
         ms = step_ms.get(name, 10.0)
@@ -61,7 +61,7 @@ def _trial(label, levers, step_ms, warmup_s=1.0, steps_left=90, **more):
 
 
 def _arm(label, levers, ratio, role="candidate", word="faster", low=None, high=None, rounds=8, search=None):
-    """A setting as the confirmation records it (helpers.tune.confirm.measure_arms)."""
+    """A setting as the confirmation records it (helpers.tune.search.measure_arms)."""
     return {"label": label, "levers": levers, "role": role, "search_speedup": search, "ratio": ratio,
             "low": ratio - 0.1 if low is None else low, "high": ratio + 0.1 if high is None else high, "word": word,
             "rounds": rounds, "reason": "", "totals_s": [1.9 / ratio] * rounds}

@@ -1,8 +1,7 @@
-"""Tests of helpers.tune.report: what the tuner shows and writes -- the trial table and figure, the
-summary with the lines that apply the recommendation, the result rows and files, and the projection
-to another run length. Most tests use a report written out by hand (``hand_report``, its numbers are
-known exactly); one builds a report with helpers.tune and a stand-in runner (``fake_runner``; both
-in tests/tune/conftest.py). The sentences themselves are tested in test_advice.py."""
+"""helpers.tune.report: what the tuner tells the reader and writes -- the confirmation sentence and table, the
+recommendation or PyTorch's defaults, the throughput hints, the trial table and figure, the lines that apply the
+recommendation, the result rows and files, and the projection to another run length. Most tests use a report
+written out by hand (``hand_report``, tests/tune/conftest.py: its numbers are known exactly)."""
 
 from __future__ import annotations
 
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers import results
+from helpers import measure, results
 from helpers.tune import search as tune
 from helpers.tune import report as tune_report
 
@@ -71,7 +70,7 @@ def test_apply_lines_for_openmp_optimizer_and_batch(monkeypatch) -> None:
     import sys
 
     env = {"OMP_NUM_THREADS": "2", "LD_PRELOAD": f"{sys.prefix}/lib/libiomp5.so", "KMP_AFFINITY": "a b"}
-    monkeypatch.setattr(tune_report.system, "openmp_env", lambda variant, threads: env if variant == "intel" else {})
+    monkeypatch.setattr("helpers.openmp.openmp_env", lambda variant, threads: env if variant == "intel" else {})
     how = tune_report.apply_lines({"omp": "intel", "threads": 2, "autocast": "bf16",
                                    "optimizer": "fused", "batch": 4, "compile": "default"}, "cpu", optimizer="SGD")
     assert how["env"] == ["OMP_NUM_THREADS=2", "LD_PRELOAD=$VIRTUAL_ENV/lib/libiomp5.so", 'KMP_AFFINITY="a b"']
@@ -130,9 +129,9 @@ def test_figure_draws_a_bar_per_trial_and_marks_failures(hand_report) -> None:
         plt.close(fig)
 
 
-# --- another run length, break-even, explanations ----------------------------------------------
+# --- another run length, break-even ----------------------------------------------
 
-def test_rescore_break_even_and_explain(model_file: Path, fake_runner) -> None:
+def test_rescore_and_break_even(model_file: Path, fake_runner) -> None:
     report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=30, guard_steps=10,
                        runner=fake_runner({"baseline": 10.0, "opt:foreach": 8.0, "opt:fused": 20.0}), progress=False)
     base, foreach = report["trials"][0], report["trials"][1]
@@ -142,10 +141,7 @@ def test_rescore_break_even_and_explain(model_file: Path, fake_runner) -> None:
     assert tune_report.break_even_steps(base, report["trials"][2]) is None  # never catches up
     projected = tune_report.rescore(report, 10_000)
     assert projected.column("trial")[0] == "opt:foreach" and projected.column("speed-up (x)")[-1] < 1
-    text = " ".join(tune_report.explain(report))
-    assert "Recommended: opt:foreach" in text and "; it is the recommendation." in text
-    assert "opt:fused: 0.61x in its one search trial" in text
-    assert "not at least 2% faster in the search, nor near enough to be worth confirming" in text
+    assert report["best"]["levers"] == {"optimizer": "foreach"}
     assert tune_report.short_name({"model": "/some/where/m.py:build"}) == "m.py:build"
     assert tune_report.busy_note({"best": {"confirmed": {"reruns": 2}}}).startswith("Note: 2")
     assert tune_report.busy_note({"best": {"confirmed": {"reruns": 0}}}) == ""
@@ -163,3 +159,87 @@ def test_rescore_counts_a_bigger_batch_as_fewer_steps(hand_report) -> None:
     assert tune_report.break_even_steps(hand_report()["baseline"], hand_report()["trials"][2]) is None  # failed
 
 
+# --- the sentences ---------------------------------------------------------------------------
+
+def test_confirmation_line_for_each_outcome(hand_report) -> None:
+    assert tune_report.confirmation_line(hand_report()) == (
+        "Confirmation: bf16 vs the baseline in 8 interleaved rounds, each a new process with an empty compile cache: "
+        "1.31x (95% interval 1.20-1.40): faster.")
+    unconfirmed = hand_report({}, {"ratio": 1.01, "low": 0.95, "high": 1.07, "word": "no measurable difference",
+                                   "rounds": 8, "reruns": 0}, {"label": "bf16", "search_speedup": 1.31})
+    assert tune_report.confirmation_line(unconfirmed).startswith("Confirmation: bf16 vs the baseline in 8")
+    assert tune_report.confirmation_line(hand_report({}, {"word": "not confirmed", "reason": "give a larger budget"})) \
+        == "Not confirmed: give a larger budget"
+    for nothing in ({}, {"word": "no candidate"}):
+        assert tune_report.confirmation_line(hand_report({}, nothing)) == (
+            "No lever was at least 2% faster than the baseline in its search trial, or a near miss: nothing to confirm.")
+    only_hints = hand_report({}, {"word": "no candidate", "reason": tune_report.ONLY_HINTS_REASON})
+    assert tune_report.confirmation_line(only_hints).startswith("No lever that leaves the training unchanged")
+
+
+def test_short_name_and_busy_note(hand_report) -> None:
+    assert tune_report.short_name(hand_report()) == "m.py:build"
+    assert tune_report.short_name({"model": "C:\\Users\\me\\m.py:build"}) == "m.py:build"
+    assert tune_report.busy_note(hand_report()) == ""
+    assert tune_report.busy_note(hand_report(confirmed={"word": "faster", "reruns": 3})).startswith(
+        "Note: 3 confirmation round(s) were measured again")
+
+
+def test_the_batch_lever_is_a_hint_that_does_not_claim_the_planned_steps(hand_report, make_arm) -> None:
+    text = tune_report.summary(hand_report())
+    hints = [ln for ln in text.splitlines() if ln.startswith("Throughput hint")]
+    assert hints == tune_report.hint_lines(hand_report()) and len(hints) == 1
+    hint = hints[0]
+    assert hint.startswith("Throughput hint, not a recommendation: batch x2: 1.10x (95% interval 1.05-1.15): faster")
+    # measured over the batch's own steps (50 of 2x the batch), never "over 100 planned steps"
+    assert "over 50 steps of batch 64 (the samples of 100 steps of batch 32)" in hint and "planned steps" not in hint
+    assert "changes the optimisation" in hint and "fewer optimizer steps" in hint
+    assert "Recommendation: bf16" in text and "Recommendation: batch" not in text
+    # a batch hint the budget left out is described by its one search trial, not confirmed
+    left = hand_report(confirmation={"rounds": 8, "arms": [make_arm("bf16", {"autocast": "bf16"}, 1.31)],
+                                     "left_out": [{"label": "batch x2", "levers": {"batch": 2}, "role": "hint",
+                                                   "reason": "budget: too little time"}]})
+    (hint,) = tune_report.hint_lines(left)
+    assert "in its one search trial over 50 steps of batch 64" in hint and "not confirmed (budget: too little time)" in hint
+
+
+def test_nothing_was_confirmed_is_said_only_when_a_confirmation_ran(hand_report, make_arm) -> None:
+    ran = hand_report({}, {"word": "no measurable difference", "ratio": 1.0, "low": 0.9, "high": 1.1, "rounds": 8},
+                      {"label": "bf16", "search_speedup": 1.31},
+                      confirmation={"rounds": 8, "arms": [make_arm("bf16", {"autocast": "bf16"}, 1.0,
+                                                              word="no measurable difference")]})
+    assert "nothing that could be recommended was confirmed faster" in tune_report.recommendation_line(ran)
+    for conf in [{"word": "no candidate", "rounds": 0, "arms": []},
+                 {"word": "not confirmed", "rounds": 0, "reason": "give a larger budget"}]:
+        report = hand_report({}, {"word": conf["word"], "rounds": 0, "reason": conf.get("reason", "")}, None,
+                             confirmation=conf)
+        text = tune_report.summary(report)
+        assert "confirmed faster" not in text and "nothing was confirmed" not in text.lower()
+        assert tune_report.recommendation_line(report) == "Recommendation: keep PyTorch's defaults on this machine."
+    word = measure.DISTURBED
+    disturbed = hand_report({}, {"word": word, "ratio": 1.31, "low": 1.2, "high": 1.4, "rounds": 8},
+                            {"label": "bf16", "search_speedup": 1.31},
+                            confirmation={"rounds": 8, "disturbed": True, "attempts": 2,
+                                          "aa": {"ratio": 1.2, "low": 1.1, "high": 1.3, "word": "faster", "reason": ""},
+                                          "arms": [make_arm("bf16", {"autocast": "bf16"}, 1.31, word=word)]})
+    assert "disturbed, so they give no conclusion" in tune_report.recommendation_line(disturbed)
+    assert tune_report.confirmation_line(disturbed).endswith(f": {word}.")
+    table = tune_report.confirmation_table(disturbed)
+    assert table.column("verdict") == [word, "faster"] and "2 attempts" in table.note and "Disturbed" in table.note
+
+
+def test_the_confirmation_line_gives_the_reason_when_there_is_no_interval_and_budget_skips_are_counted(hand_report) -> None:
+    few = hand_report(confirmed={"ratio": 1.1, "low": 0.9, "high": 1.3, "word": "no measurable difference", "rounds": 2,
+                                 "reason": "2 rounds cannot give a 95% interval; a verdict needs at least 6"})
+    line = tune_report.confirmation_line(few)
+    assert "no interval: 2 rounds cannot give" in line and "0.90-1.30" not in line
+    assert "1 lever setting(s) skipped for lack of budget" in tune_report.summary(hand_report())
+
+
+def test_a_batch_trial_that_was_not_faster_gives_no_hint(hand_report) -> None:
+    report = hand_report(confirmation={"rounds": 0, "arms": []})
+    report["trials"][3]["speedup"] = 0.9  # batch x2, slower than the baseline in its search trial
+    assert tune_report.hint_lines(report) == []
+    report["trials"][3]["speedup"] = 1.1
+    (hint,) = tune_report.hint_lines(report)
+    assert "1.10x in its one search trial" in hint and "not confirmed (no confirmation ran)" in hint

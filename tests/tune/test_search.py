@@ -1,23 +1,27 @@
-"""Tests of helpers.tune: one clear error, lever planning, the search (with a stand-in runner, so
-it is fast and deterministic), the budget, failing levers, the confirmation rounds, the
-child-process timeout and one real end-to-end search on a non-image model. Loading a model and
-one trial are tested in test_trial.py, the report in test_report.py; the model file
-(``model_file``) is a fixture of tests/conftest.py, the stand-in runner (``fake_runner``) one of
-tests/tune/conftest.py."""
+"""helpers.tune.search: one clear error, the search (with a stand-in runner, so it is fast and deterministic), the
+budget, failing levers, the trial processes (a new one per trial, with an empty compile cache, killed past its
+time), and the confirmation: which winners go to it, the A/A arm, a new process per arm and round, and what may be
+recommended. The model file (``model_file``) is a fixture of tests/conftest.py, the stand-in runner
+(``fake_runner``) and hand-made records of tests/tune/conftest.py."""
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from helpers import results
+from helpers import measure, results
 from helpers.tune import search as tune
 from helpers.tune import report as tune_report
+
+confirm = tune  # the confirmation's functions live in the search module
+ROOT = Path(__file__).resolve().parents[2]
 
 
 # --- one clear error -------------------------------------------------------------------------
@@ -309,8 +313,6 @@ def test_a_lever_the_combination_did_not_keep_is_never_recommended(model_file: P
     best = report["best"]
     assert best["levers"] == {} and best["speedup"] == 1.0 and best["unconfirmed"]["label"] == "bf16"
     assert "not recommended" in tune_report.summary(report)
-    line = next(ln for ln in tune_report.explain(report) if ln.startswith("opt:fused:"))
-    assert "the combination step did not keep it, so it is not recommended" in line
 
 
 def test_nothing_confirmed_keeps_the_defaults(model_file: Path, fake_runner) -> None:
@@ -352,10 +354,6 @@ def test_fewer_levers_are_preferred_within_noise(model_file: Path, fake_runner) 
     assert best["fewer_levers"]["over"] == "opt:fused + bf16"
     assert best["fewer_levers"]["word"] == "no measurable difference"
     assert "fewer levers than opt:fused + bf16" in tune_report.summary(report)
-    lines = tune_report.explain(report)
-    assert "; it is the recommendation." in next(ln for ln in lines if ln.startswith("bf16:"))
-    assert next(ln for ln in lines if ln.startswith("opt:fused:")).endswith(
-        "; another confirmed setting was chosen as the recommendation.")
 
 
 def test_batch_lever_is_untested_by_the_guard() -> None:
@@ -426,3 +424,231 @@ def test_a_baseline_whose_diagnosis_overruns_runs_again_without_it(model_file: P
     assert first[0] == {} == second[0] and first[1] <= 30  # the diagnosing baseline gets half the budget at most
     assert report["trials"][0]["ok"] and "ran again without" in report["diagnosis"]["error"]
     assert len(report["trials"]) > 1  # the search went on
+
+
+# --- the confirmation ------------------------------------------------------------------------
+
+def t(label, levers, total, child_s=1.0):
+    return {"label": label, "levers": levers, "total_s": total, "child_s": child_s}
+
+
+KEPT = {"autocast": "bf16", "optimizer": "fused"}
+WINNERS = [t("batch x2", {"batch": 2}, 5.0), t("opt:foreach", {"optimizer": "foreach"}, 8.5),
+           t("opt:fused", {"optimizer": "fused"}, 8.0), t("bf16", {"autocast": "bf16"}, 7.0),
+           t("opt:fused + bf16", KEPT, 6.0), t("bf16", {"autocast": "bf16"}, 7.0)]
+
+
+def test_the_confirmation_takes_the_best_few_the_budget_holds() -> None:
+    arms = confirm.order_arms(WINNERS, KEPT)
+    # what may be recommended first (lowest projected total first), then the rest: hints and levers not kept
+    assert [a["label"] for a in arms] == ["opt:fused + bf16", "bf16", "opt:fused", "batch x2", "opt:foreach"]
+    assert [confirm.role(a["levers"], KEPT) for a in arms] == ["candidate"] * 3 + ["hint", "not kept"]
+    # one arm: 2 s a round (the baseline and it); a second adds itself and the A/A arm
+    chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=20.0, rounds=8)
+    assert [a["label"] for a in chosen] == ["opt:fused + bf16"] and rounds == 8
+    assert all(x["reason"].startswith("budget") for x in left_out) and len(left_out) == 4
+    chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=1000.0, rounds=8)
+    assert len(chosen) == confirm.MAX_ARMS and rounds == 8
+    assert left_out == [{"label": "opt:foreach", "levers": {"optimizer": "foreach"},
+                         "reason": f"a confirmation measures the best {confirm.MAX_ARMS} arms at most"}]
+    assert confirm.fit_arms(arms, base_s=1.0, left_s=11.0, rounds=8)[0] == []  # 5 rounds: too few for a verdict
+    assert confirm.round_s(arms[:2], 1.0) == 1.0 + 1.0 + 2.0  # baseline, A/A, two arms
+    # starting the processes is paid from the same budget: 9 s of it leave 5 rounds, too few
+    assert confirm.fit_arms(arms, base_s=1.0, left_s=20.0, rounds=8, startup=lambda n: 4.5 * n)[0] == []
+    assert [confirm.process_count(arms[:n]) for n in (1, 2, 3)] == [2, 4, 5]
+
+
+def arm(label, levers, ratio, role="candidate", word="faster", rounds=8):
+    return {"label": label, "levers": levers, "role": role, "ratio": ratio, "low": ratio, "high": ratio,
+            "word": word, "rounds": rounds, "reason": "", "totals_s": [10.0 / ratio] * rounds}
+
+
+def test_recommend_only_a_kept_setting_confirmed_faster_with_the_fewest_levers() -> None:
+    front = {"label": "opt:fused + bf16", "levers": KEPT, "speedup": 1.4}
+    record = {"rounds": 8, "attempts": 1, "reruns": 0, "disturbed": False,
+              "arms": [arm("opt:fused + bf16", KEPT, 1.31), arm("bf16", {"autocast": "bf16"}, 1.30),
+                       arm("opt:fused", {"optimizer": "fused"}, 1.1),
+                       arm("batch x2", {"batch": 2}, 1.9, role="hint"),
+                       arm("opt:foreach", {"optimizer": "foreach"}, 1.5, role="not kept")]}
+    best = confirm.recommend(record, 10.0, front)
+    # batch x2 and opt:foreach are faster than all, but a hint and a lever not kept; the combination is
+    # not measurably faster than bf16 alone (1.31 / 1.30), so the fewer levers win
+    assert best["levers"] == {"autocast": "bf16"} and best["speedup"] == 1.30 and best["total_s"] == 10.0 / 1.30
+    assert best["fewer_levers"]["over"] == "opt:fused + bf16"
+    assert {"ratio", "low", "high", "word", "rounds"} <= set(best["confirmed"])
+    # the combination clearly ahead of every single lever: it is the recommendation
+    record["arms"][0] = arm("opt:fused + bf16", KEPT, 1.6)
+    assert confirm.recommend(record, 10.0, front)["levers"] == KEPT
+    # nothing that may be recommended is faster: the defaults, the front-runner named as unconfirmed
+    record["arms"] = [arm("opt:fused + bf16", KEPT, 1.01, word="no measurable difference"),
+                      arm("batch x2", {"batch": 2}, 1.9, role="hint"),
+                      arm("opt:foreach", {"optimizer": "foreach"}, 1.5, role="not kept")]
+    best = confirm.recommend(record, 10.0, front)
+    assert best["levers"] == {} and best["speedup"] == 1.0 and best["total_s"] == 10.0
+    assert best["unconfirmed"] == {"label": "opt:fused + bf16", "levers": KEPT, "search_speedup": 1.4}
+    assert best["confirmed"]["word"] == "no measurable difference" and best["confirmed"]["ratio"] == 1.01
+
+
+def test_a_disturbed_confirmation_recommends_nothing() -> None:
+    front = {"label": "bf16", "levers": {"autocast": "bf16"}, "speedup": 1.4}
+    record = {"rounds": 8, "attempts": 2, "reruns": 0, "disturbed": True,
+              "aa": {"ratio": 1.2, "low": 1.1, "high": 1.3, "word": "faster", "rounds": 8, "reason": ""},
+              "arms": [arm("bf16", {"autocast": "bf16"}, 1.4, word=measure.DISTURBED)]}
+    best = confirm.recommend(record, 10.0, front)
+    assert best["levers"] == {} and best["speedup"] == 1.0
+    assert best["confirmed"]["word"] == measure.DISTURBED and best["confirmed"]["attempts"] == 2
+    # even a "faster" word in a run marked disturbed recommends nothing
+    record["arms"] = [arm("bf16", {"autocast": "bf16"}, 1.4)]
+    assert confirm.recommend(record, 10.0, front)["levers"] == {}
+
+
+class FakeArms:
+    """A confirmation runner that answers from a table of step times per arm (the A/A arm included)."""
+
+    def __init__(self, step_ms):
+        self.step_ms, self.asked = step_ms, []
+
+    def __call__(self, request, timeout):
+        self.asked.append(request["arm"])
+        ms = self.step_ms[request["arm"]]
+        return {"ok": True, "step_ms": ms, "spread_ms": 0.0, "samples_ms": [ms], "warmup_s": 0.5,
+                "first_loss": 2.0, "guard_loss": 1.0, "batch_factor": 1}
+
+
+def total(raw):
+    return raw["warmup_s"] + raw["step_ms"] / 1000 * 90
+
+
+def test_measure_arms_adds_an_a_a_arm_and_measures_a_disturbed_run_again() -> None:
+    arms = [t("opt:fused", {"optimizer": "fused"}, 1.0), t("opt:foreach", {"optimizer": "foreach"}, 1.1)]
+    quiet = FakeArms({"baseline": 10.0, confirm.AA: 10.0, "opt:fused": 7.0, "opt:foreach": 8.0})
+    rec = confirm.measure_arms(arms, {"model": "m.py:build"}, rounds=6, kept={"optimizer": "fused"}, runner=quiet,
+                               timeout=30, total=total)
+    assert not rec["disturbed"] and rec["attempts"] == 1 and rec["aa"]["word"] == "no measurable difference"
+    assert quiet.asked.count(confirm.AA) == rec["rounds"] + rec["reruns"]  # whole designs: rounds may grow
+    assert [(a["label"], a["role"], a["word"]) for a in rec["arms"]] == [("opt:fused", "candidate", "faster"),
+                                                                        ("opt:foreach", "not kept", "faster")]
+    one = FakeArms({"baseline": 10.0, "opt:fused": 7.0})
+    rec = confirm.measure_arms(arms[:1], {}, rounds=6, kept=None, runner=one, timeout=30, total=total)
+    assert rec["aa"] is None and confirm.AA not in one.asked  # one arm: a plain pair, no A/A arm
+    noisy = FakeArms({"baseline": 10.0, confirm.AA: 8.0, "opt:fused": 7.0, "opt:foreach": 8.0})
+    rec = confirm.measure_arms(arms, {}, rounds=6, kept={"optimizer": "fused"}, runner=noisy, timeout=30, total=total,
+                               attempts=2)
+    assert rec["disturbed"] and rec["aa"]["word"] == "faster" and rec["attempts"] == 2
+    assert noisy.asked.count("opt:fused") >= 2 * 6  # measured again as a whole (busy rounds re-run too)
+    assert {a["word"] for a in rec["arms"]} == {measure.DISTURBED}  # no verdict words for the arms
+
+
+def test_a_disturbed_a_a_arm_gives_no_conclusion_in_the_search(model_file: Path, fake_runner) -> None:
+    """With two settings to confirm, the A/A arm (the baseline again) rides along; here it measures 25%
+    faster than the baseline in every attempt, so nothing is concluded."""
+    report = tune.tune(f"{model_file}:build", kinds=["optimizer"], planned_steps=100, budget=60, progress=False,
+                       runner=fake_runner({"baseline": 10.0, confirm.AA: 8.0, "opt:fused": 7.0, "opt:foreach": 8.0}))
+    conf, best = report["confirmation"], report["best"]
+    assert conf["disturbed"] and conf["aa"]["word"] == "faster" and conf["attempts"] >= 1
+    assert best["levers"] == {} and best["speedup"] == 1.0 and best["confirmed"]["word"] == measure.DISTURBED
+    text = tune_report.summary(report)
+    assert "no conclusion" in text and "confirmed faster" not in text
+
+
+def test_a_failing_confirmation_trial_is_a_reason_not_a_crash() -> None:
+    rec = confirm.measure_arms([t("bf16", {"autocast": "bf16"}, 1.0)], {}, rounds=6, kept=None, timeout=30, total=total,
+                               runner=lambda request, timeout: {"ok": False, "error": "RuntimeError: boom"})
+    assert rec["word"] == "not confirmed" and "boom" in rec["reason"]
+    best = confirm.recommend(rec, 10.0, {"label": "bf16", "levers": {"autocast": "bf16"}, "speedup": 1.3})
+    assert best["levers"] == {} and best["confirmed"] == {"word": "not confirmed", "rounds": 0, "reason": rec["reason"]}
+
+
+@pytest.mark.parametrize("levers, expected", [({"batch": 2}, "hint"), ({"autocast": "bf16"}, "candidate"),
+                                              ({"optimizer": "foreach"}, "not kept"), ({}, "not kept")])
+def test_role(levers, expected) -> None:
+    assert confirm.role(levers, KEPT) == expected
+
+
+def test_a_near_miss_is_a_candidate_unless_it_changes_the_training() -> None:
+    """A near miss (a single lever the combination step never judged) may be recommended alone; a
+    combination or a batch lever never becomes a candidate by being marked as one."""
+    assert confirm.role({"optimizer": "foreach"}, KEPT, near_miss=True) == "candidate"
+    assert confirm.role({"batch": 2}, KEPT, near_miss=True) == "hint"
+    assert confirm.role({"optimizer": "foreach", "channels_last": True}, KEPT, near_miss=True) == "not kept"
+    trial = {"label": "opt:foreach", "levers": {"optimizer": "foreach"}, "near_miss": True}
+    assert confirm.arm_role(trial, KEPT) == "candidate" and confirm.arm_role({**trial, "near_miss": False}, KEPT) == "not kept"
+
+
+def test_nothing_recommended_with_candidates_unmeasured_is_inconclusive_not_the_defaults(hand_report) -> None:
+    front = {"label": "bf16", "levers": {"autocast": "bf16"}, "speedup": 1.3}
+    record = {"rounds": 8, "attempts": 1, "reruns": 0, "disturbed": False,
+              "arms": [arm("bf16", {"autocast": "bf16"}, 1.01, word="no measurable difference")]}
+    best = confirm.recommend(record, 10.0, front, unmeasured=(2, 5))
+    assert best["levers"] == {} and best["confirmed"]["word"] == confirm.INCONCLUSIVE == "inconclusive (budget)"
+    assert best["confirmed"]["reason"] == "2 of 5 candidates not measured"
+    assert best["confirmed"]["front"]["word"] == "no measurable difference"
+    assert confirm.recommend(record, 10.0, front)["confirmed"]["word"] == "no measurable difference"  # all measured
+    record["arms"] = [arm("bf16", {"autocast": "bf16"}, 1.3)]  # a confirmed winner is recommended all the same
+    assert confirm.recommend(record, 10.0, front, unmeasured=(2, 5))["levers"] == {"autocast": "bf16"}
+    report = hand_report(best_levers={}, confirmed=best["confirmed"], unconfirmed={"label": "bf16", "search_speedup": 1.3})
+    line = tune_report.recommendation_line(report)
+    assert line.startswith("Recommendation: inconclusive (budget): 2 of 5 candidates not measured") and "keep" not in line.split(";")[0]
+    assert tune_report.confirmation_line(report).startswith("Confirmation: bf16 vs the baseline in 8")
+
+
+# --- trial processes -------------------------------------------------------------------------
+
+STUB = """
+import os, sys, time
+from helpers.processes import serve
+
+def handle(request):
+    cache = os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    empty = not os.listdir(cache)
+    with open(os.path.join(cache, "kernel.py"), "w") as f:  # what a compile would leave
+        f.write("x")
+    return {"ok": True, "pid": os.getpid(), "cache": cache, "triton": os.environ["TRITON_CACHE_DIR"],
+            "was_empty": empty, "torch": "torch" in sys.modules, "arm": request.get("arm"),
+            "threads_env": os.environ.get("OMP_NUM_THREADS"), "step_ms": 10.0, "warmup_s": 0.5}
+
+serve(handle)
+"""
+
+
+def stub(levers):
+    """A stand-in trial process with the trial's environment: answers at once, never imports torch."""
+    return [sys.executable, "-c", STUB], {**tune.child_env(levers), "PYTHONPATH": str(ROOT)}
+
+
+def test_the_confirmation_starts_a_new_process_per_arm_and_round(monkeypatch) -> None:
+    got = []
+    monkeypatch.setattr(tune, "trial_command", stub)
+    arms = [{"label": "opt:fused", "levers": {"optimizer": "fused"}, "total_s": 1.0},
+            {"label": "threads=1", "levers": {"threads": 1}, "total_s": 1.1}]
+    rec = tune.measure_arms(arms, {"model": "m.py:build"}, rounds=2, kept=None, timeout=60, attempts=1,
+                            total=lambda raw: got.append(raw) or raw["warmup_s"] + raw["step_ms"] / 1000 * 90)
+    names = ["baseline", "opt:fused", "threads=1", tune.AA]
+    assert len(got) == len(names) * (rec["rounds"] + rec["reruns"]) and {r["arm"] for r in got} == set(names)
+    assert len({r["pid"] for r in got}) == len(got)  # never the same process twice, the A/A arm's included
+    assert {r["threads_env"] for r in got if r["arm"] == "threads=1"} == {"1"}  # each arm its own environment
+    caches = [r["cache"] for r in got]
+    assert len(set(caches)) == len(caches) and all(r["was_empty"] and r["triton"].startswith(r["cache"]) for r in got)
+    assert not any(os.path.exists(c) for c in caches) and not any(r["torch"] for r in got)
+    assert rec["arms"][0]["warmup_s"] == 0.5 and rec["arms"][0]["step_ms"] == 10.0  # the cold start beside the steady
+
+
+def test_a_search_trial_gets_an_empty_cache_removed_afterwards(monkeypatch) -> None:
+    monkeypatch.setattr(tune, "trial_command", stub)
+    raw = tune.subprocess_runner({"levers": {"compile": "default"}}, 60)
+    assert raw["ok"] and raw["was_empty"] and not os.path.exists(raw["cache"])
+
+
+def test_child_timeout_kills_the_trial(model_file: Path) -> None:
+    start = time.perf_counter()
+    raw = tune.subprocess_runner({"model": f"{model_file}:slow", "levers": {}, "device": "cpu", "guard_steps": 3}, 2.0)
+    assert not raw["ok"] and "timed out" in raw["error"]
+    assert time.perf_counter() - start < 15
+
+
+def test_real_trial_processes(model_file: Path) -> None:
+    req = {"model": f"{model_file}:build", "device": "cpu", "guard_steps": 2, "repeats": 1, "block_s": 0.001}
+    a = tune.subprocess_runner({**req, "levers": {}}, 120)
+    b = tune.subprocess_runner({**req, "levers": {"optimizer": "foreach", "threads": 1}}, 120)
+    assert a["ok"] and b["ok"] and b["threads"] == 1  # the candidate's process got its lever's environment
+    assert abs(a["first_loss"] - b["first_loss"]) < 1e-4  # both a fresh model of the same seed

@@ -137,3 +137,7 @@ def test_the_baseline_request_returns_the_diagnosis(model_file: Path, monkeypatc
     monkeypatch.setitem(sys.modules, "helpers.diagnose", None)  # not importable: an error, never a crash
     monkeypatch.delattr(helpers, "diagnose")
     assert "cannot be imported" in tune_trial.diagnose_workload(f"{model_file}:build")["error"]
+
+
+def test_the_worker_hook_answers_every_request_with_one_trial() -> None:
+    assert tune_trial.worker([]) is tune_trial.handle  # python -m helpers.tune.trial (helpers.processes.worker_main)

@@ -1,0 +1,333 @@
+"""Guarded access to the retired Intel Extension for PyTorch (IPEX), and chapter 04's IPEX-vs-stock variants.
+
+IPEX lives in an environment of its own (``make setup-ipex``); ``status`` and ``environment`` read versions without
+importing it. ``python -m helpers.ipex --serve VARIANT`` is one variant's child process (``processes.worker_main``),
+so only IPEX variants' processes import it. docs/environments.md says why.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import resource
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+if __name__ == "__main__":  # a variant's own process: torch imported frozen, then helpers.ipex.worker serves
+    from .processes import worker_main
+
+    worker_main("helpers.ipex")
+
+import torch  # noqa: E402
+
+from . import envs, models, system  # noqa: E402
+from .seeds import set_seed  # noqa: E402
+from .step import train_step  # noqa: E402
+
+RETIREMENT_NOTE = (
+    "Intel Extension for PyTorch is retired: 2.8 is its last release (it needs torch 2.8.*), its repository "
+    "is archived and flagged as having known security issues. Use it to reproduce the book; for new work use "
+    "current PyTorch's channels_last, fused optimizers, torch.autocast, torch.compile and native torch.xpu. "
+    "The course's own environment never imports it: chapter 04 runs its IPEX arms in the IPEX environment "
+    "(make setup-ipex) and skips them, saying so, where that environment is absent."
+)
+SETUP_COMMAND = "make setup-ipex"
+IPEX_PYTHON_ENV = "COURSE_IPEX_PYTHON"  # the Makefile names the IPEX environment's Python here
+
+
+class IPEXUnavailable(RuntimeError):
+    """IPEX is missing, incompatible with this torch, or the CPU lacks a needed feature."""
+
+
+def status() -> dict[str, object]:
+    """Installed IPEX version, torch version and whether the two fit (no import of IPEX)."""
+    try:
+        version = metadata.version("intel-extension-for-pytorch")
+    except metadata.PackageNotFoundError:
+        return {"installed": None, "torch": torch.__version__, "compatible": False,
+                "message": f"IPEX is not installed in this environment; it lives in the IPEX environment ({SETUP_COMMAND})."}
+    ipex_mm = version.split("+")[0].split(".")[:2]
+    torch_mm = torch.__version__.split("+")[0].split(".")[:2]
+    ok = ipex_mm == torch_mm
+    message = "ok" if ok else (
+        f"IPEX {version} needs torch {'.'.join(ipex_mm)}.* but torch {torch.__version__} is installed; "
+        f"importing it would end this Python process. Use the IPEX environment ({SETUP_COMMAND}: torch 2.8.0)."
+    )
+    return {"installed": version, "torch": torch.__version__, "compatible": ok, "message": message}
+
+
+def ipex_python() -> str | None:
+    """The IPEX environment's Python: ``$COURSE_IPEX_PYTHON``, else the one keyed by this clone's pins; None if absent."""
+    wanted = os.environ.get(IPEX_PYTHON_ENV)
+    if wanted:
+        return wanted if os.path.exists(wanted) else None
+    try:
+        candidate = envs.ipex_venv() / "bin" / "python"
+    except (OSError, KeyError):  # an installed package has no pyproject.toml
+        return None
+    return str(candidate) if candidate.exists() else None
+
+
+_PROBE = ("import importlib.metadata as m, importlib.util, json, sys\n"
+          "def v(n):\n"
+          "    try:\n        return m.version(n)\n"
+          "    except m.PackageNotFoundError:\n        return None\n"
+          "print(json.dumps({'python': sys.version.split()[0], 'torch': v('torch'), "
+          "'torchvision': v('torchvision'), 'ipex': v('intel-extension-for-pytorch'), "
+          "'helpers': v('accelerate-course-helpers'), "
+          "'helpers_at': getattr(importlib.util.find_spec('helpers'), 'origin', None)}))")
+
+
+def environment(python: str | None = None) -> dict[str, Any]:
+    """The IPEX environment's versions, from package metadata in its own Python: ``{"python", "ok", "torch",
+    "torchvision", "ipex", "message"}`` (``message`` says what to do when not ``ok``)."""
+    python = python or ipex_python()
+    if python is None:
+        return {"python": None, "ok": False, "torch": None, "torchvision": None, "ipex": None,
+                "message": f"the IPEX environment is not installed: {SETUP_COMMAND} (Linux x86-64, about 2 minutes)"}
+    try:
+        proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+        found = json.loads(proc.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
+        return {"python": python, "ok": False, "torch": None, "torchvision": None, "ipex": None,
+                "message": f"{python} does not answer; rebuild the IPEX environment: {SETUP_COMMAND}"}
+    ok = bool(found.get("ipex") and found.get("torch") and
+              found["ipex"].split("+")[0].split(".")[:2] == found["torch"].split("+")[0].split(".")[:2]
+              and found.get("helpers"))
+    message = "ok" if ok else (f"the IPEX environment at {python} is incomplete (torch {found.get('torch')}, IPEX "
+                               f"{found.get('ipex')}, course package {found.get('helpers')}): {SETUP_COMMAND}")
+    here = Path(__file__).resolve().parent
+    if ok and (not found.get("helpers_at") or Path(found["helpers_at"]).resolve().parent != here):
+        ok, message = False, (f"the IPEX environment's course package is {found.get('helpers_at') or 'not importable'}, "
+                              f"not this clone's {here}: {SETUP_COMMAND} (it re-links it in seconds)")
+    return {"python": python, "ok": ok, "torch": found.get("torch"), "torchvision": found.get("torchvision"),
+            "ipex": found.get("ipex"), "message": message}
+
+
+def load() -> ModuleType:
+    """Import IPEX after checking compatibility; raises IPEXUnavailable with what to do."""
+    st = status()
+    if not st["compatible"]:
+        raise IPEXUnavailable(str(st["message"]))
+    # quiet its deprecation notice per optimize() and, on CUDA builds without a GPU, "No CUDA runtime"
+    logging.getLogger("IPEX").setLevel(logging.ERROR)
+    logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import intel_extension_for_pytorch as ipex  # noqa: PLC0415
+    return ipex
+
+
+def bf16_prepack_supported() -> bool:
+    """Whether this CPU can run IPEX's bf16 weight prepacking (AVX-512 BW/VL/DQ or AVX-NE-CONVERT)."""
+    return bool(system.cpu_bf16_support()["ipex_bf16_prepack"])
+
+
+def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dtype: torch.dtype | None = None,
+             **kwargs: object) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    """``ipex.optimize`` for training (the model in train mode): the model and optimizer to use; bf16 checks the CPU."""
+    if dtype == torch.bfloat16 and not bf16_prepack_supported():
+        raise IPEXUnavailable(
+            "IPEX bf16 training prepacks weights with AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT instructions; "
+            "this CPU has neither (AVX2 only). Use fp32 with IPEX, or torch.autocast('cpu', dtype=torch.bfloat16) "
+            "(runs everywhere, fast only with AVX512-BF16/AMX)."
+        )
+    if not model.training:
+        raise ValueError("call model.train() before optimizing for training (IPEX asserts it)")
+    ipex = load()
+    return ipex.optimize(model, optimizer=optimizer, dtype=dtype, **kwargs)
+
+
+@dataclass(frozen=True)
+class Variant:
+    """What one variant changes on top of stock fp32 eager training."""
+
+    channels_last: bool = False   # model and inputs in channels-last memory format
+    bf16: bool = False            # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
+    ipex: bool = False            # model and optimizer through ipex.optimize (IPEX imported in its process)
+    compile: str | None = None    # a torch.compile backend ("inductor", "ipex"), None = eager
+    fused: bool = False           # torch.optim.Adam(..., fused=True): one kernel updates every parameter
+
+
+VARIANTS: dict[str, Variant] = {  # "upstream": stock_cl_fused compiled, so against it it isolates the compile
+    "stock_fp32": Variant(),
+    "stock_fused": Variant(fused=True),  # the fair control for IPEX's fused optimizer
+    "stock_fp32_cl": Variant(channels_last=True),
+    "stock_cl_fused": Variant(channels_last=True, fused=True),  # stock PyTorch's replacements, eager
+    "ipex_fp32": Variant(ipex=True),
+    "stock_bf16_cl": Variant(channels_last=True, bf16=True),
+    "inductor": Variant(compile="inductor"),
+    "ipex_backend": Variant(ipex=True, compile="ipex"),
+    "upstream": Variant(channels_last=True, fused=True, compile="inductor"),
+}
+
+
+def variant(name: str) -> Variant:
+    """The ``Variant`` called ``name``; a ValueError lists the known names."""
+    if name not in VARIANTS:
+        raise ValueError(f"unknown variant {name!r}; known: {', '.join(VARIANTS)}")
+    return VARIANTS[name]
+
+
+def prepare(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+            ) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.dtype | None, bool]:
+    """Apply variant ``name`` to a fresh model (train mode) and optimizer: ``(model, optimizer, autocast dtype or
+    None, channels_last inputs)``."""
+    v = variant(name)
+    if v.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    dtype = torch.bfloat16 if v.bf16 else None
+    if v.ipex and v.compile is None:
+        model, optimizer = optimize(model, optimizer, dtype=dtype)
+    elif v.ipex:
+        load()  # registers the "ipex" backend of torch.compile
+    return model, optimizer, dtype, v.channels_last
+
+
+def make_optimizer(name: str, model: torch.nn.Module, lr: float = 1e-3) -> torch.optim.Optimizer:
+    """Adam for variant ``name``: ``fused=True`` where it asks for it, else PyTorch's default (per-parameter kernels)."""
+    return torch.optim.Adam(model.parameters(), lr=lr, **({"fused": True} if variant(name).fused else {}))
+
+
+def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
+          dtype: torch.dtype | None, channels_last: bool) -> torch.Tensor:
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    return train_step(model, optimizer, torch.nn.functional.cross_entropy, x, y, autocast_dtype=dtype)
+
+
+def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+                test_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, dataset: str = "cifar10",
+                lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0) -> dict[str, Any]:
+    """One round of variant ``name`` (a fresh seeded model, ``warmup_steps`` untimed steps, one timed pass, accuracy):
+    ``{"value": s per step, "metrics": {accuracy, loss, warmup_s, prepare_s, steps, page_faults_per_step}}``
+    (minor page faults per timed step: memory the allocator had handed back)."""
+    if not batches:
+        raise ValueError("train_round needs at least one batch")
+    v = variant(name)
+    set_seed(seed)
+    started = time.perf_counter()
+    model = models.book_cnn(dataset).train()
+    optimizer = make_optimizer(name, model, lr)
+    model, optimizer, dtype, cl = prepare(name, model, optimizer)
+    step_model = model if v.compile is None else torch.compile(model, backend=v.compile)
+    prepared = time.perf_counter()
+    for i in range(warmup_steps):  # the first step of a compiled variant compiles it
+        _step(step_model, optimizer, *batches[i % len(batches)], dtype, cl)
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    warm = time.perf_counter()
+    for x, y in batches:
+        loss = _step(step_model, optimizer, x, y, dtype, cl)
+    done = time.perf_counter()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    correct = total = 0
+    model.eval()  # evaluated eagerly: a compiled model shares these weights (and would compile again)
+    with torch.no_grad(), torch.autocast("cpu", dtype=dtype or torch.bfloat16, enabled=dtype is not None):
+        for x, y in test_batches:
+            x = x.contiguous(memory_format=torch.channels_last) if cl else x
+            correct += int((model(x).argmax(1) == y).sum())
+            total += len(y)
+    return {"value": (done - warm) / len(batches),
+            "metrics": {"accuracy": 100.0 * correct / max(total, 1), "loss": float(loss.detach()),
+                        "warmup_s": warm - prepared, "prepare_s": prepared - started, "steps": float(len(batches)),
+                        "page_faults_per_step": faults / len(batches)}}
+
+
+def profile_ops(name: str, x: torch.Tensor, y: torch.Tensor, *, dataset: str = "cifar10", steps: int = 3,
+                warmup: int = 5, seed: int = 0) -> list[dict[str, Any]]:
+    """Profile ``steps`` training steps of a fresh model of variant ``name``: rows of ``key``, ``calls``, ``self_ms``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    from .profiling import quiet_kineto
+
+    set_seed(seed)
+    model = models.book_cnn(dataset).train()
+    optimizer = make_optimizer(name, model)
+    model, optimizer, dtype, cl = prepare(name, model, optimizer)
+    for _ in range(warmup):
+        _step(model, optimizer, x, y, dtype, cl)
+    with quiet_kineto(), profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(steps):
+            _step(model, optimizer, x, y, dtype, cl)
+    return [{"key": e.key, "calls": int(e.count), "self_ms": e.self_cpu_time_total / 1000.0}
+            for e in prof.key_averages() if e.self_cpu_time_total > 0]
+
+
+OP_GROUPS: dict[str, tuple[str, ...]] = {  # the first group with a needle in the name wins; the rest is "other"
+    "max-pool": ("max_pool",),
+    "convolution": ("conv",),
+    "linear (mm, addmm)": ("aten::mm", "aten::addmm", "linear"),
+    "optimizer update": ("adam", "_foreach", "lerp", "addcdiv", "addcmul", "sqrt"),
+    "layout / dtype copies": ("copy_", "contiguous", "to_dense", "reorder", "aten::to", "_to_copy", "clone"),
+}
+
+
+def op_groups(ops: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """Self time in ms per kind of operator (``OP_GROUPS``, then "other") of ``profile_ops`` rows."""
+    out = {group: 0.0 for group in [*OP_GROUPS, "other"]}
+    for op in ops:
+        key = str(op["key"]).lower()
+        group = next((g for g, needles in OP_GROUPS.items() if any(n.lower() in key for n in needles)), "other")
+        out[group] += float(op["self_ms"])
+    return out
+
+
+def serve_argv(name: str, *, dataset: str = "cifar10", train_size: int = 1024, test_size: int = 256,
+               batch_size: int = 64, lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0,
+               python: str | None = None) -> list[str]:
+    """The command line of the child that serves variant ``name``, run by ``python`` (default: this one)."""
+    variant(name)
+    return [python or sys.executable, "-m", "helpers.ipex", "--serve", name, "--dataset", dataset,
+            "--train-size", str(train_size), "--test-size", str(test_size), "--batch-size", str(batch_size),
+            "--lr", repr(lr), "--warmup-steps", str(warmup_steps), "--seed", str(seed)]
+
+
+def round_commands(arms: Mapping[str, tuple[str, str | None]], env: Mapping[str, str] | None = None,
+                   **options: Any) -> dict[str, tuple[list[str], dict[str, str] | None]]:
+    """``{arm: (variant, python or None)}`` -> ``{arm: (argv, env)}`` for ``variants.fresh_process_rounds``;
+    ``options`` go to ``serve_argv``."""
+    return {arm: (serve_argv(name, python=python, **options), dict(env) if env else None)
+            for arm, (name, python) in arms.items()}
+
+
+def round_value(payload: Mapping[str, Any]) -> tuple[float, dict[str, Any]]:
+    """One round's answer of a ``--serve`` child as ``(seconds per step, metrics)``."""
+    return float(payload["value"]), dict(payload["metrics"])
+
+
+def worker(argv: Sequence[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The child's handler (data and IPEX loaded first): ``{}`` trains one round, ``{"profile": true}`` profiles."""
+    from . import data
+
+    p = argparse.ArgumentParser(prog="python -m helpers.ipex", description="Serve one IPEX-or-stock training variant.")
+    p.add_argument("--serve", required=True, choices=list(VARIANTS), help="the variant this process trains")
+    p.add_argument("--dataset", default="cifar10", choices=["fashionmnist", "cifar10"])
+    for flag, kind, default in (("--train-size", int, 1024), ("--test-size", int, 256), ("--batch-size", int, 64),
+                                ("--lr", float, 1e-3), ("--warmup-steps", int, 4), ("--seed", int, 0)):
+        p.add_argument(flag, type=kind, default=default)
+    args = p.parse_args(argv)
+    if variant(args.serve).ipex:
+        load()  # before READY: the import is not timed; its warnings stay in this child's stderr
+    train_ds = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
+    test_ds = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
+    batches = list(data.make_loader(train_ds, args.batch_size, train=True, seed=args.seed))
+    test_batches = list(data.make_loader(test_ds, 256, train=False))
+    torch.optim.Adam([torch.zeros(1, requires_grad=True)]).zero_grad()  # load the optimizer's hooks now
+
+    def handle(request: dict[str, Any]) -> dict[str, Any]:
+        if request.get("profile"):
+            return {"ops": profile_ops(args.serve, *batches[0], dataset=args.dataset, seed=args.seed,
+                                       steps=int(request.get("steps", 3)), warmup=int(request.get("warmup", 5)))}
+        return train_round(args.serve, batches, test_batches, dataset=args.dataset, lr=args.lr,
+                           warmup_steps=args.warmup_steps, seed=args.seed)
+
+    return handle

@@ -1,0 +1,86 @@
+"""What the chapters share, in one namespace: ``from helpers import lab``, then ``lab.interleaved``, ``lab.verdict``.
+Every name is re-exported from its core module (helpers/README.md is the map); ``start`` and ``record`` are lab's
+own. Nothing in helpers imports lab: child processes and rank scripts import the core modules (lab pulls in
+matplotlib)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+from . import results, run_sizes, system
+from .accuracy import Accuracies, above_chance, accuracy_of
+from .accuracy import compare as compare_accuracy
+from .checkpoints import load_checkpoint
+from .data import (IMAGENET_MEAN, IMAGENET_STD, StandInImages, heavy_pipeline, is_standin, load_dataset,
+                   loading_pass, make_loader, take)
+from .data import spec as dataset_spec
+from .devices import available_devices, get_device, grad_scaler_supported, low_precision_dtype, synchronize
+from .devices import describe as describe_device
+from .devices import is_available as device_available
+from .diagnose import REGIME_LEVERS, diagnose_step, exposed_comm, loader_wait, phase_times, training_step_flops
+from .measure import (AA_PREFIX, DISTURBED, Result, Rounds, aa_name, aa_passes, interleaved, sample_long_enough,
+                      time_fn, with_aa)
+from .models import book_cnn, count_parameters, torchvision_model
+from .plots import round_ratios, speedup_bars
+from .processes import Children, Job
+from .profiling import profile_fn
+from .published import load as load_published
+from .published import select as select_published
+from .published import value as published_value
+from .results import ROWS_FILE, append_rows, results_dir
+from .roofs import cached_roofs, measure_roofs
+from .run_sizes import current_profile, data_source, optional_parts, pick
+from .run_sizes import describe as run_size_line
+from .seeds import set_seed
+from .step import train_step
+from .system import LogicalCPU, Topology, cpu_bf16_support, env_report, topology
+from .tables import Table
+from .training import evaluate, set_loader_epoch, train
+from .variants import decoded, diagnose_levers, fresh_process_rounds, fresh_rounds, run_variant
+from .verdict import MIN_ROUNDS, ROUNDS, detectable, log_noise, verdict
+
+__all__ = [
+    # run sizes, seeds, the machine
+    "pick", "current_profile", "data_source", "optional_parts", "run_size_line", "set_seed", "env_report",
+    "topology", "Topology", "LogicalCPU", "cpu_bf16_support",
+    # devices, data, models, training
+    "get_device", "available_devices", "device_available", "describe_device", "synchronize", "low_precision_dtype",
+    "grad_scaler_supported", "load_dataset", "take", "make_loader", "dataset_spec", "is_standin", "StandInImages",
+    "heavy_pipeline", "loading_pass", "IMAGENET_MEAN", "IMAGENET_STD", "decoded", "book_cnn", "count_parameters",
+    "torchvision_model", "train_step", "train", "evaluate", "set_loader_epoch", "load_checkpoint",
+    # rounds, verdicts, fresh processes
+    "interleaved", "with_aa", "aa_name", "aa_passes", "time_fn", "sample_long_enough", "Rounds", "Result",
+    "ROUNDS", "MIN_ROUNDS", "DISTURBED", "AA_PREFIX", "verdict", "detectable", "log_noise", "fresh_rounds",
+    "fresh_process_rounds", "run_variant", "diagnose_levers", "Children", "Job",
+    # accuracy, where the time goes
+    "Accuracies", "above_chance", "accuracy_of", "compare_accuracy", "diagnose_step", "phase_times", "loader_wait",
+    "exposed_comm", "training_step_flops", "REGIME_LEVERS", "measure_roofs", "cached_roofs", "profile_fn",
+    # results, published numbers, tables and plots
+    "start", "record", "append_rows", "results_dir", "ROWS_FILE", "load_published", "select_published",
+    "published_value", "Table", "speedup_bars", "round_ratios",
+]
+
+
+def start() -> float:
+    """Print the machine line and the run-size line, as every chapter opens; return the chapter's clock."""
+    clock = time.perf_counter()
+    print(system.env_report())
+    print(run_sizes.describe())
+    return clock
+
+
+def record(measured: Rounds | Iterable[Result] | Mapping[str, Sequence[float]], chapter: str, experiment: str,
+           **options: Any) -> Path:
+    """Append a comparison's rows to results/rows.jsonl (``results.append_rows``) and return the file.
+
+    ``measured``: the Rounds of ``interleaved`` (every arm), Results, or variant -> values (then ``metric=`` and
+    ``unit=`` are required); ``options`` go to ``results.rows_from_results`` (values: ``results.make_rows``)."""
+    if isinstance(measured, Rounds):
+        measured = [measured.result(name) for name in measured.names]
+    if isinstance(measured, Mapping):
+        rows = results.make_rows(chapter, experiment, dict(measured), **options)
+    else:
+        rows = results.rows_from_results(chapter, experiment, measured, **options)
+    return results.append_rows(rows)

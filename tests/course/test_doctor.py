@@ -1,0 +1,421 @@
+"""helpers.course.doctor: each check judged from made-up facts (a fake Linux aarch64, macOS and Windows
+included), what ``gather`` collects on this machine, the report's shape and the command."""
+
+import json
+import math
+import os
+import sysconfig
+
+import pytest
+
+from helpers import arc_workloads as parity
+from helpers.course import doctor, install
+
+
+def test_run_writes_the_documented_report_and_prints_every_check(tmp_path, fake_facts):
+    found = doctor.judge(fake_facts())
+    assert doctor.exit_status(found) == 0
+    assert doctor.exit_status(doctor.judge(fake_facts(memory={"available": 2**28, "total": 2**30}))) == 1
+    found, payload, path = doctor.run(tmp_path / "doctor.json", facts=fake_facts())
+    saved = json.loads(path.read_text())
+    assert set(saved) >= {"version", "fingerprint", "checks"} and saved["version"] == doctor.DOCTOR_VERSION
+    assert saved["fingerprint"]["cpu_model"] == "Fake CPU" and len(saved["fingerprint"]["machine_id"]) == 16
+    assert all(set(c) == {"name", "status", "message", "fix"} and c["status"] in doctor.STATUSES
+               for c in saved["checks"])
+    text = doctor.format_checks(found)
+    assert "[WARN] mpirun" in text and "fix: Debian" in text and text.splitlines()[-1] == f"{len(found) - 3} ok, 3 warning(s), 0 failure(s)"
+
+
+def test_real_doctor_run(tmp_path, capsys):
+    code = doctor.main(["--out", str(tmp_path / "doctor.json"), "--no-imports", "--parity-steps", "2"])
+    out = capsys.readouterr().out
+    saved = json.loads((tmp_path / "doctor.json").read_text())
+    assert code == doctor.exit_status([doctor.Check(**c) for c in saved["checks"]])
+    assert code == 0  # the machine that runs the tests can run the course
+    for name in ("python", "pins", "torch build", "cpu", "instruction sets", "openmp", "c++ compiler", "platform",
+                 "ipex", "memory", "disk"):
+        assert any(c["name"] == name for c in saved["checks"]), name
+        assert f"] {name}" in out
+    from helpers import system
+
+    assert saved["fingerprint"]["physical_cores"] == system.topology().physical_cores and "wrote" in out
+
+
+def test_check_rejects_unknown_status():
+    with pytest.raises(ValueError, match="ok"):
+        doctor.Check("x", "maybe", "m")
+
+
+def test_ok_has_nothing_to_fix():
+    c = doctor._ok("python", "3.11.7")
+    assert (c.name, c.status, c.message, c.fix) == ("python", "ok", "3.11.7", "")
+
+
+def statuses(check):
+    return check.status, check.message, check.fix
+
+
+def test_python_each_status():
+    ok = doctor.check_python((3, 13, 0), ">=3.11,<3.14", executable="/c/venv-py3.13-x/bin/python")
+    assert statuses(ok) == ("ok", "Python 3.13.0 (/c/venv-py3.13-x/bin/python), supported (the course supports "
+                                  "3.11, 3.12 or 3.13)", "")
+    assert doctor.check_python((3, 11, 7), ">=3.11,<3.14").status == "ok"
+    warn = doctor.check_python((3, 14, 0), ">=3.11,<3.14", executable="/usr/bin/python3")
+    assert statuses(warn) == ("warn", "Python 3.14.0 (/usr/bin/python3) is not supported: the course's pins install "
+                                      "on Python 3.11, 3.12 or 3.13 (requires-python >=3.11,<3.14)",
+                              "install Python 3.11, 3.12 or 3.13 (the README's Prerequisites: on Ubuntu 24.04 and "
+                              "Debian 12/13 the system python3) and run `make setup`")
+    other_env = doctor.check_python((3, 12, 3), ">=3.11,<3.14", "/usr", course_env=False)
+    assert other_env.status == "warn" and "Python 3.12.3, supported (not the course environment: /usr)" == other_env.message
+    fail = doctor.check_python((3, 8, 10), ">=3.11,<3.14")
+    assert fail.status == "fail" and "too old" in fail.message and "3.11, 3.12 or 3.13" in fail.fix
+
+
+def test_supported_minors_follow_requires_python():
+    checks = doctor
+    assert checks.supported_minors(">=3.11,<3.14") == ["3.11", "3.12", "3.13"]
+    assert checks.supported_minors(">=3.11,<3.12") == ["3.11"] and checks.supported_minors(None) == []
+    assert checks.supported_minors(">=3.12")[:2] == ["3.12", "3.13"]
+
+
+def test_pins_each_status():
+    good = [{"name": "torch", "spec": "==2.8.0", "installed": "2.8.0", "matches": True}]
+    assert doctor.check_pins(good).status == "ok"
+    other = good + [{"name": "nni", "spec": "==3.0", "installed": "2.10", "matches": False}]
+    c = doctor.check_pins(other)
+    assert c.status == "warn" and "nni 2.10 (pinned ==3.0)" in c.message
+    gone = good + [{"name": "timm", "spec": "==1.0.31", "installed": None, "matches": False}]
+    assert doctor.check_pins(gone).status == "warn" and "missing: timm" in doctor.check_pins(gone).message
+    core = [{"name": "torch", "spec": "==2.8.0", "installed": None, "matches": False}]
+    assert doctor.check_pins(core).status == "fail" and "make setup" in doctor.check_pins(core).fix
+    assert doctor.check_pins([]).status == "warn"
+
+
+def test_torch_build_and_devices():
+    assert doctor.check_torch_build({"error": "ImportError: libcudart"}).status == "fail"
+    c = doctor.check_torch_build({"version": "2.8.0", "cuda": "12.8", "xpu": False, "cuda_devices": 0})
+    assert c.status == "ok" and "CUDA 12.8" in c.message and "no NVIDIA GPU visible" in c.message
+    checks = doctor.check_devices([{"name": "cpu", "description": "cpu"},
+                                   {"name": "cuda:0", "description": "cuda:0 (H100)", "memory_gb": 79.6},
+                                   {"name": "xpu:0", "error": "driver too old"}])
+    assert [c.status for c in checks] == ["ok", "ok", "warn"]
+    assert "79.6 GB" in checks[1].message and "driver" in checks[2].fix
+
+
+def test_cpu_isa_openmp():
+    fp = {"cpu_model": "Xeon", "sockets": 2, "physical_cores": 56, "logical_cores": 112, "numa_nodes": 2}
+    c = doctor.check_cpu(fp)
+    assert c.status == "ok" and "2 socket(s), 56 physical / 112 logical cores, 2 NUMA node(s)" in c.message
+    assert doctor.check_cpu({**fp, "physical_cores": 1}).status == "warn"
+    amx = doctor.check_isa({"avx2": True, "avx512": True, "native_bf16": True, "amx": True, "ipex_bf16_prepack": True})
+    assert amx.status == "ok" and "AMX" in amx.message and "lacks" not in amx.message
+    avx2 = doctor.check_isa({"avx2": True})
+    assert avx2.status == "ok" and "emulated" in avx2.message and "prepacking" in avx2.message
+    assert doctor.check_isa({}).status == "warn"
+    assert "Intel (libiomp5)" in doctor.check_openmp(["libgomp.so.1", "libiomp5.so"]).message
+    assert doctor.check_openmp([]).status == "warn"
+
+
+LINUX = {"system": "Linux", "machine": "x86_64", "left_out": [], "ipex_wheels": True}
+PINS = {"torch": "2.8.0", "intel-extension-for-pytorch": "2.8.0"}
+
+
+def ipex(env, plat=LINUX, pins=PINS):
+    from helpers.ipex import RETIREMENT_NOTE, SETUP_COMMAND
+
+    return doctor.check_ipex(env, plat, RETIREMENT_NOTE, SETUP_COMMAND, pins)
+
+
+def test_ipex_environment_absent_present_mismatched_always_retired(fake_platforms):
+    absent = ipex({"python": None, "ok": False, "message": "not installed"})
+    assert absent.status == "warn" and "make setup-ipex" in absent.fix and "skips its IPEX arms" in absent.message
+    ready = ipex({"python": "/c/venv-ipex/bin/python", "ok": True, "torch": "2.8.0", "ipex": "2.8.0"})
+    assert ready.status == "ok" and "torch 2.8.0 + IPEX 2.8.0" in ready.message and ready.fix == ""
+    broken = ipex({"python": "/c/venv-ipex/bin/python", "ok": False, "torch": "2.14.1", "ipex": "2.8.0",
+                   "message": "the IPEX environment at /c is incomplete (torch 2.14.1, IPEX 2.8.0, "
+                              "course package None)"})
+    assert broken.status == "warn" and "torch 2.14.1" in broken.message and "make setup-ipex" in broken.fix
+    drift = ipex({"python": "/c/venv-ipex/bin/python", "ok": True, "torch": "2.8.1+cpu", "ipex": "2.8.1"})
+    assert drift.status == "warn" and "torch 2.8.1+cpu (pinned 2.8.0)" in drift.message
+    assert "make setup-ipex" in drift.fix
+    assert ipex({"python": "/p", "ok": True, "torch": "2.8.0+cpu", "ipex": "2.8.0"}).status == "ok"  # local tag
+    elsewhere = [ipex({"python": None, "ok": False}, plat) for plat in fake_platforms.values()]
+    for label, c in zip(fake_platforms, elsewhere):
+        assert c.status == "warn" and f"no IPEX wheel for {label}" in c.message and "Linux x86-64" in c.fix
+        assert "setup-ipex" not in c.message + c.fix  # the command cannot work there: not suggested
+    for c in [absent, ready, broken, drift] + elsewhere:
+        assert "is retired" in c.message and "2.8 is its last release" in c.message and c.status != "fail"
+
+
+def test_every_line_is_one_line(fake_platforms, fake_facts):
+    for plat in [LINUX, *fake_platforms.values()]:
+        facts = fake_facts(platform=plat, accelerators=["mps"] if plat["system"] == "Darwin" else [])
+        for c in doctor.judge(facts):
+            assert "\n" not in c.message + c.fix, c.name
+
+
+def test_isa_on_arm_does_not_ask_for_avx2():
+    arm = doctor.check_isa({"avx2": False}, "aarch64")
+    assert arm.status == "ok" and "x86 instruction sets" in arm.message and "slow" not in arm.message
+    assert doctor.check_isa({"avx2": False}, "x86_64").status == "warn"
+    windows = doctor.check_isa({"avx2": False}, "AMD64", "Windows")  # no /proc/cpuinfo: unknown, not absent
+    assert windows.status == "ok" and "not read on Windows" in windows.message
+
+
+def test_pruning_allocators_mpirun_kernel():
+    assert doctor.check_pruning({"nni": None, "torch_pruning": None}, {"nni": "3.0", "torch-pruning": "1.6.1"}).status == "ok"
+    bad = doctor.check_pruning({"nni": "ImportError: x", "torch_pruning": None}, {})
+    assert bad.status == "warn" and "nni does not import" in bad.message
+    assert doctor.check_pruning({}, {"nni": "not installed", "torch-pruning": "1.6.1"}, tried=False).status == "warn"
+    # NNI not pinned on this platform: Torch-Pruning alone is enough
+    arm = doctor.check_pruning({"torch_pruning": None}, {"nni": "not installed", "torch-pruning": "1.6.1"},
+                               left_out=["nni"])
+    assert arm.status == "ok" and "NNI is not pinned on this platform" in arm.message
+    untried = doctor.check_pruning({}, {"nni": "not installed", "torch-pruning": "1.6.1"}, tried=False,
+                                   left_out=["nni"])
+    assert untried.status == "ok" and "Torch-Pruning 1.6.1 is installed (import not tried)" in untried.message
+    no_tp = doctor.check_pruning({"torch_pruning": "ModuleNotFoundError: x"}, {}, left_out=["nni"])
+    assert no_tp.status == "warn" and "Torch-Pruning" in no_tp.fix
+    assert doctor.check_allocators({"jemalloc": "/lib/libjemalloc.so.2", "tcmalloc": None}).message.startswith("found jemalloc")
+    none = doctor.check_allocators({"jemalloc": None, "tcmalloc": None})
+    apt = "Debian/Ubuntu: `sudo apt-get install openmpi-bin libjemalloc2 libtcmalloc-minimal4`"
+    assert none.status == "warn" and none.fix == apt
+    assert doctor.check_allocators({"jemalloc": None, "tcmalloc": None}, "Darwin").status == "ok"
+    missing = doctor.check_mpirun(None, None)
+    assert missing.status == "warn" and missing.fix == apt
+    assert "brew install open-mpi" in doctor.check_mpirun(None, None, "Darwin").fix
+    assert doctor.check_mpirun(None, None, "Windows").fix == f"use WSL2 (Ubuntu) and, there, {apt[len('Debian/Ubuntu: '):]}"
+    assert "Open MPI" in doctor.check_mpirun("/usr/bin/mpirun", "mpirun (Open MPI) 4.1.4").message
+    mpich = doctor.check_mpirun("/usr/bin/mpirun", "HYDRA build details:")
+    assert mpich.status == "warn" and "not Open MPI" in mpich.message and "OMPI_COMM_WORLD" in mpich.message
+    assert doctor.check_kernel({"same_env": True}).status == "ok"
+    stray = doctor.check_kernel({"python": "/usr/bin/python3", "same_env": False})
+    assert stray.status == "warn" and "kernelspec" in stray.fix
+    assert doctor.check_kernel({"error": "no kernel named python3"}).status == "warn"
+
+
+def test_datasets_memory_disk():
+    assert doctor.check_datasets("real", {"cifar10": True, "fashionmnist": True}, None).status == "ok"
+    assert doctor.check_datasets("standin", {"cifar10": False}, False).status == "ok"
+    assert "download on first use" in doctor.check_datasets("real", {"cifar10": False}, True).message
+    off = doctor.check_datasets("real", {"cifar10": False, "fashionmnist": True}, False)
+    assert off.status == "warn" and "COURSE_DATA=standin" in off.fix and "cifar10" in off.message
+    gb = 2**30
+    assert [doctor.check_memory(a * gb, 16 * gb).status for a in (8, 2, 0.5)] == ["ok", "warn", "fail"]
+    assert [doctor.check_disk({"results": a * gb}).status for a in (50, 2, 0.1)] == ["ok", "warn", "fail"]
+
+
+def test_parity_checks():
+    assert doctor.check_parity([], [])[0].status == "ok"
+    good = parity.ParityResult("cuda:0", 1e-4, [2.3, 2.2], [2.3, 2.2], True, 1e-2)
+    bad = parity.ParityResult("xpu:0", math.inf, [2.3, 2.2], [2.3, float("nan")], False, 1e-2)
+    checks = doctor.check_parity([good, bad, "RuntimeError: no kernel image"], ["cuda:0", "xpu:0", "xpu:1"])
+    assert [c.status for c in checks] == ["ok", "fail", "fail"]
+    assert "DISAGREES" in checks[1].message and "--device cpu" in checks[1].fix
+    assert "no kernel image" in checks[2].message
+
+
+def test_judge_runs_every_check_on_faked_findings(fake_facts):
+    checks = doctor.judge(fake_facts())
+    names = [c.name for c in checks]
+    for expected in ("python", "pins", "torch build", "device cpu", "cpu", "instruction sets", "openmp",
+                     "c++ compiler", "platform", "ipex", "nni + torch-pruning", "allocators", "mpirun",
+                     "jupyter kernel", "datasets", "memory", "disk", "parity"):
+        assert expected in names
+    assert not any(n.startswith("limit") for n in names)  # the fake machine is Linux x86-64
+    low = doctor.judge(fake_facts(memory={"available": 2**28, "total": 2**30}))
+    assert any(c.status == "fail" for c in low)
+    no_cxx = doctor.judge(fake_facts(compiler={**fake_facts()["compiler"], "cxx": None}))
+    assert [c.status for c in no_cxx if c.name == "c++ compiler"] == ["fail"]
+    # torch broken: only the first checks, and a failure
+    broken = doctor.judge({"python": fake_facts()["python"], "pins": [], "torch": {"error": "ImportError: x"}})
+    assert [c.name for c in broken] == ["python", "pins", "torch build"] and broken[-1].status == "fail"
+
+
+def test_judge_on_a_fake_aarch64_and_a_fake_mac(fake_facts, fake_platforms):
+    arm = {c.name: c for c in doctor.judge(fake_facts(platform=fake_platforms["Linux aarch64"],
+                                                       isa={"avx2": False}, imports={"torch_pruning": None}))}
+    assert {"limit openvino", "limit nni", "limit intel-openmp"} <= set(arm)
+    assert arm["instruction sets"].status == "ok" and arm["nni + torch-pruning"].status == "ok"
+    assert "no IPEX wheel for Linux aarch64" in arm["ipex"].message
+    mac = {c.name: c for c in doctor.judge(fake_facts(platform=fake_platforms["macOS arm64"], accelerators=["mps"],
+                                                       parity=["RuntimeError: x"], compiler={"cxx": None},
+                                                       isa={}))}
+    assert {"limit LD_PRELOAD", "limit torchrun", "limit mps"} <= set(mac) and "limit openvino" not in mac
+    assert mac["c++ compiler"].status == "fail" and "xcode-select --install" in mac["c++ compiler"].fix
+    assert mac["allocators"].status == "ok" and "brew install open-mpi" in mac["mpirun"].fix
+
+
+def test_compiler_each_platform_and_state():
+    good = {"cxx_env": None, "cxx": "/usr/bin/g++", "version": "g++ 12.2.0", "include": "/inc", "python_h": True,
+            "python": "3.11"}
+    ok = doctor.check_compiler(good)
+    assert ok.status == "ok" and "/usr/bin/g++" in ok.message and "from PATH" in ok.message
+    assert "from $CXX" in doctor.check_compiler({**good, "cxx_env": "clang++", "cxx": "/usr/bin/clang++"}).message
+    none = doctor.check_compiler({**good, "cxx": None})
+    assert none.status == "fail" and "no C++ compiler" in none.message
+    assert none.fix.startswith("Debian/Ubuntu: `sudo apt-get install g++ python3.11-dev`")
+    assert "xcode-select --install" in doctor.check_compiler({**good, "cxx": None}, "Darwin").fix
+    assert "WSL2" in doctor.check_compiler({**good, "cxx": None}, "Windows").fix
+    shim = doctor.check_compiler({**good, "cxx": "/usr/bin/g++", "runs": False,
+                                  "version": "xcrun: error: invalid active developer path"}, "Darwin")
+    assert shim.status == "fail" and "does not run (xcrun" in shim.message and "xcode-select" in shim.fix
+    stale = doctor.check_compiler({**good, "cxx_env": "g++-99", "cxx": None})
+    assert stale.status == "fail" and "$CXX is 'g++-99'" in stale.message and "unset" in stale.fix
+    headers = doctor.check_compiler({**good, "python_h": False, "python": "3.12"})
+    assert headers.status == "fail" and "Python.h is missing from /inc" in headers.message
+    assert "python3.12-dev" in headers.fix
+    assert "brew install python@3.11" in doctor.check_compiler({**good, "python_h": False}, "Darwin").fix
+
+
+def test_platform_limits_linux_x86_has_none():
+    checks = doctor.check_platform(LINUX)
+    assert [(c.name, c.status) for c in checks] == [("platform", "ok")] and "no platform limits" in checks[0].message
+    assert "(WSL2)" in doctor.check_platform({**LINUX, "wsl": True})[0].message
+
+
+def test_platform_limits_linux_aarch64(fake_platforms):
+    checks = doctor.check_platform(fake_platforms["Linux aarch64"])
+    by = {c.name: c for c in checks}
+    assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit openvino"]
+    assert by["platform"].status == "ok" and "Linux aarch64: the course runs with 3 limit(s)" in by["platform"].message
+    assert "no OpenVINO wheel for Linux aarch64" in by["limit openvino"].message
+    assert "chapter 14 measures eager PyTorch and ONNX Runtime only" in by["limit openvino"].message
+    assert "chapter 06 computes the same L1-norm masks with Torch-Pruning" in by["limit nni"].message
+    assert "chapters 02 and 04 skip their Intel OpenMP arms" in by["limit intel-openmp"].message
+    assert all(c.status == "warn" and c.fix for c in checks[1:])
+
+
+def test_platform_limits_macos(fake_platforms):
+    mac = fake_platforms["macOS arm64"]
+    by = {c.name: c for c in doctor.check_platform(mac, ["mps"])}
+    assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit LD_PRELOAD", "limit torchrun",
+                        "limit mps"]
+    assert "limit openvino" not in by  # OpenVINO has macOS arm64 wheels
+    assert "jemalloc or tcmalloc" in by["limit LD_PRELOAD"].message and "02 and 04" in by["limit LD_PRELOAD"].message
+    assert "gloo" in by["limit torchrun"].message
+    assert by["limit mps"].message.startswith("Apple GPU (mps) found") and "CI does not run" in by["limit mps"].message
+    assert "not found" in {c.name: c for c in doctor.check_platform(mac, [])}["limit mps"].message
+    old = {c.name: c for c in doctor.check_platform({**mac, "macos": "13.6.1"})}
+    assert "macOS 13.6.1" in old["limit macOS"].message and "14" in old["limit macOS"].fix
+
+
+def test_platform_limits_windows_and_unknown(fake_platforms):
+    by = {c.name: c for c in doctor.check_platform(fake_platforms["Windows x86-64"])}
+    assert list(by) == ["platform", "limit intel-openmp", "limit windows"] and "WSL2" in by["limit windows"].fix
+    assert "make" in by["limit windows"].message and "mpirun" in by["limit windows"].message
+    odd = doctor.check_platform({"system": "Linux", "machine": "ppc64le", "left_out": ["openvino"]})
+    assert odd[0].status == "warn" and "Linux ppc64le is not one of the platforms" in odd[0].message
+    assert "make platforms" in odd[0].fix
+    assert "some-new-pin is not installed on Linux x86-64" in doctor.check_platform(
+        {"system": "Linux", "machine": "x86_64", "left_out": ["some-new-pin"]})[1].message
+
+
+def test_pins_are_read_from_installed_metadata():
+    pins = doctor.pinned_requirements()
+    names = {p["name"] for p in pins}
+    assert {"torch", "torchvision", "nni"} <= names and "pytest" not in names  # extras are not base pins
+    assert all(p["spec"].startswith("==") for p in pins)
+    assert doctor.pinned_requirements("no-such-distribution-xyz") == []
+
+
+def test_gather_collects_this_machines_facts(monkeypatch):
+    import sys
+
+    import torch
+
+    from helpers import system
+
+    monkeypatch.setenv("COURSE_DATA", "standin")  # no network probe for missing real data sets
+    facts = doctor.gather(parity_steps=1, imports=False)
+    assert facts["python"]["version"] == list(sys.version_info[:3]) and facts["python"]["prefix"] == sys.prefix
+    assert facts["python"]["executable"] == sys.executable   # the doctor names the Python it found
+    assert facts["torch"]["version"] == torch.__version__ and facts["torch"]["cuda"] == torch.version.cuda
+    assert facts["fingerprint"]["physical_cores"] == system.topology().physical_cores
+    assert facts["devices"][0]["name"] == "cpu" and len(facts["parity"]) == len(facts["accelerators"])
+    assert facts["datasets"]["source"] == "standin" and facts["datasets"]["online"] is None
+    assert facts["imports"] is None  # not tried
+    assert facts["platform"]["system"] and facts["platform"]["machine"] and "left_out" in facts["platform"]
+    assert set(facts["compiler"]) >= {"cxx", "python_h", "include"}
+    assert set(facts["ipex_env"]) >= {"python", "ok", "torch", "ipex", "message"} and "ipex" not in facts
+    assert "intel_extension_for_pytorch" not in sys.modules  # nothing in this environment imports IPEX
+    assert 0 < facts["memory"]["available"] <= facts["memory"]["total"]
+    assert [c.name for c in doctor.judge(facts)][:3] == ["python", "pins", "torch build"]
+
+
+def test_imports_are_tried_in_a_child_and_their_errors_reported():
+    child = doctor._imports_in_child({"ok": "json", "missing": "no_such_module_xyz"})
+    out = child.wait(60).output
+    line = [ln for ln in out.splitlines() if ln.startswith("IMPORTS ")][-1]
+    import json
+
+    found = json.loads(line[len("IMPORTS "):])
+    assert found["ok"] is None and found["missing"].startswith("ModuleNotFoundError")
+
+
+def test_left_out_pins_per_platform_match_the_fakes_and_each_has_its_reason(fake_platforms):
+    assert doctor.left_out_pins("Linux", "x86_64") == []
+    for label, plat in fake_platforms.items():
+        assert doctor.left_out_pins(plat["system"], plat["machine"]) == plat["left_out"], label
+        assert not install.ipex_supported(plat["system"], plat["machine"]) and plat["ipex_wheels"] is False
+        assert all(dist in doctor.LEFT_OUT_LIMITS for dist in plat["left_out"])  # no generic line on these
+    assert set(fake_platforms) | {"Linux x86-64"} == {doctor.platform_label(p) for p in fake_platforms.values()} | {
+        "Linux x86-64"} == {name.split(" (")[0] for name in install.PLATFORMS}
+    assert doctor.left_out_pins("Linux", "aarch64", dist="no-such-distribution-xyz") == []
+
+
+def test_platform_facts_of_this_machine_and_a_named_one():
+    import platform
+
+    here = doctor.platform_facts()
+    assert (here["system"], here["machine"]) == (platform.system(), platform.machine())
+    assert here["left_out"] == doctor.left_out_pins() and here["ipex_wheels"] == install.ipex_supported()
+    arm = doctor.platform_facts("Linux", "aarch64")
+    assert "openvino" in arm["left_out"] and arm["ipex_wheels"] is False
+
+
+def test_imports_never_include_ipex_and_skip_left_out_pins():
+    assert doctor.wanted_imports() == {"nni": "nni", "torch_pruning": "torch_pruning"}
+    assert doctor.wanted_imports(["nni", "openvino"]) == {"torch_pruning": "torch_pruning"}
+    assert not any("intel" in m for m in doctor.wanted_imports().values())
+
+
+def _fake_compiler(folder, name):
+    exe = folder / name
+    exe.write_text("#!/bin/sh\necho 'fake c++ 1.0'\n")
+    exe.chmod(0o755)
+    return exe
+
+
+@pytest.mark.skipif(os.name == "nt", reason="a shell-script compiler stand-in")
+def test_compiler_facts_cxx_then_path(tmp_path):
+    assert doctor.compiler_facts({})["cxx_env"] is None  # $CXX is read from the mapping given
+    fake = _fake_compiler(tmp_path, "c++")
+    found = doctor.compiler_facts({"CXX": str(fake)})
+    assert found["cxx"] == str(fake) and found["version"] == "fake c++ 1.0" and found["cxx_env"] == str(fake)
+    assert found["runs"] is True
+    assert doctor.compiler_facts({"CXX": str(tmp_path / "g++-99")})["cxx"] is None
+    broken = tmp_path / "shim"
+    broken.write_text("#!/bin/sh\necho 'xcrun: error: invalid active developer path' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    shim = doctor.compiler_facts({"CXX": str(broken)})
+    assert shim["cxx"] == str(broken) and shim["runs"] is False and shim["version"].startswith("xcrun: error")
+    include = sysconfig.get_paths()["include"]
+    assert found["include"] == include and found["python_h"] == os.path.isfile(os.path.join(include, "Python.h"))
+
+
+def test_compiler_facts_search_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert doctor.compiler_facts({})["cxx"] is None
+    fake = _fake_compiler(tmp_path, "c++")
+    assert doctor.compiler_facts({})["cxx"] == str(fake)
+    gxx = _fake_compiler(tmp_path, "g++")
+    assert doctor.compiler_facts({})["cxx"] == str(gxx)  # g++ first, as the doctor's docs say
+
+
+def test_ipex_environment_absent(monkeypatch, tmp_path):
+    monkeypatch.setenv("COURSE_IPEX_PYTHON", str(tmp_path / "no-such-python"))
+    env = doctor.ipex_environment()
+    assert env["python"] is None and env["ok"] is False and "make setup-ipex" in env["message"]
+    pins = doctor.ipex_pins()
+    assert pins["torch"].startswith("2.8.") and pins["intel-extension-for-pytorch"].startswith("2.8.")
