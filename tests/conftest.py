@@ -139,3 +139,26 @@ def model_file(tmp_path: Path) -> Path:
     path = tmp_path / "seq_model.py"
     path.write_text(SEQ_MODEL)
     return path
+
+
+FAKE_FINGERPRINT = {"cpu_model": "Fake CPU", "physical_cores": 4, "versions": {"torch": "2.8.0"},
+                    "bf16": {"avx2": True, "avx512": True, "native_bf16": False, "amx": False}}
+
+
+@pytest.fixture
+def fake_fingerprint() -> dict:
+    """A made-up machine (4 cores, AVX-512) for result rows."""
+    return dict(FAKE_FINGERPRINT)
+
+
+@pytest.fixture
+def sample_rows(fake_fingerprint) -> list:
+    """Four result rows of chapter 02's batch experiment on that machine: two timings (with published values), two
+    accuracies."""
+    from helpers import results
+
+    common = dict(fingerprint=fake_fingerprint, profile="smoke", data="standin", baseline="b32")
+    out = results.make_rows("02", "batch", {"b32": [2.0, 2.2, 1.8], "b256": [1.0, 1.1, 0.9]}, metric="epoch_time",
+                            unit="s", published={"b32": 10.0, "b256": 4.0}, published_source="book", **common)
+    return out + results.make_rows("02", "batch", {"b32": [80.0], "b256": [70.0]}, metric="accuracy", unit="%",
+                                   lower_is_better=False, **common)

@@ -6,21 +6,10 @@ import pytest
 from helpers import results, system
 from helpers.measure import Result
 
-FP = {"cpu_model": "Fake CPU", "physical_cores": 4, "bf16": {"avx2": True, "avx512": True, "native_bf16": False,
-                                                             "amx": False}, "versions": {"torch": "2.8.0"}}
 
 
-def rows():
-    out = results.make_rows("02", "batch", {"b32": [2.0, 2.2, 1.8], "b256": [1.0, 1.1, 0.9]}, metric="epoch_time",
-                            unit="s", baseline="b32", published={"b32": 10.0, "b256": 4.0}, published_source="book",
-                            fingerprint=FP, profile="smoke", data="standin")
-    out += results.make_rows("02", "batch", {"b32": [80.0], "b256": [70.0]}, metric="accuracy", unit="%",
-                             baseline="b32", lower_is_better=False, fingerprint=FP, profile="smoke", data="standin")
-    return out
-
-
-def test_make_rows_ratios_and_published():
-    r = {(x.variant, x.metric): x for x in rows()}
+def test_make_rows_ratios_and_published(sample_rows, fake_fingerprint):
+    r = {(x.variant, x.metric): x for x in sample_rows}
     fast = r[("b256", "epoch_time")]
     assert fast.median == 1.0 and fast.min == 0.9 and fast.max == 1.1 and fast.repeats == 3
     assert fast.ratio == pytest.approx(2.0) and fast.published_ratio == pytest.approx(2.5)
@@ -28,17 +17,17 @@ def test_make_rows_ratios_and_published():
     assert r[("b256", "accuracy")].ratio == pytest.approx(70 / 80) and not r[("b256", "accuracy")].lower_is_better
     assert fast.spread == pytest.approx(0.2)
     with pytest.raises(ValueError, match="baseline"):
-        results.make_rows("02", "x", {"a": [1.0]}, metric="t", unit="s", baseline="b", fingerprint=FP, profile="smoke",
+        results.make_rows("02", "x", {"a": [1.0]}, metric="t", unit="s", baseline="b", fingerprint=fake_fingerprint, profile="smoke",
                           data="none")
     with pytest.raises(ValueError, match="no measurements"):
-        results.make_rows("02", "x", {"a": []}, metric="t", unit="s", fingerprint=FP, profile="smoke", data="none")
+        results.make_rows("02", "x", {"a": []}, metric="t", unit="s", fingerprint=fake_fingerprint, profile="smoke", data="none")
 
 
-def test_rows_from_results_adds_quality_rows():
+def test_rows_from_results_adds_quality_rows(sample_rows, fake_fingerprint):
     res = [Result("eager", [1.0, 1.2, 1.1], [3.0], {"accuracy": 81.0}), Result("compiled", [0.5, 0.6, 0.55], [30.0],
                                                                               {"accuracy": 80.0})]
     out = results.rows_from_results("03", "compile", res, baseline="eager", quality=[("accuracy", "%")],
-                                    fingerprint=FP, profile="smoke", data="standin")
+                                    fingerprint=fake_fingerprint, profile="smoke", data="standin")
     assert [(r.variant, r.metric) for r in out] == [("eager", "epoch_time"), ("compiled", "epoch_time"),
                                                     ("eager", "accuracy"), ("compiled", "accuracy")]
     assert out[1].extra == {"warmup_median": 30.0} and out[1].ratio == pytest.approx(2.0)
@@ -53,10 +42,10 @@ def test_default_context_has_private_machine_id(tmp_path, monkeypatch):
     assert (tmp_path / ".cache" / "accelerate-course" / "machine-salt").exists()
 
 
-def test_append_read_write_roundtrip(tmp_path, monkeypatch):
+def test_append_read_write_roundtrip(tmp_path, monkeypatch, sample_rows):
     monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "run"))
-    path = results.append_rows(rows()[:2])
-    results.append_rows(rows()[2:])
+    path = results.append_rows(sample_rows[:2])
+    results.append_rows(sample_rows[2:])
     assert path == tmp_path / "run" / results.ROWS_FILE
     back = results.read_rows(path)
     assert [r.variant for r in back] == ["b32", "b256", "b32", "b256"] and back[1].ratio == pytest.approx(2.0)
@@ -64,8 +53,8 @@ def test_append_read_write_roundtrip(tmp_path, monkeypatch):
     assert len(results.read_rows(tmp_path / "one.jsonl")) == 1
 
 
-def test_unknown_version_and_bad_lines(tmp_path):
-    d = json.loads(json.dumps(results.asdict(rows()[0])))
+def test_unknown_version_and_bad_lines(tmp_path, sample_rows):
+    d = json.loads(json.dumps(results.asdict(sample_rows[0])))
     d["version"] = 99
     (tmp_path / "v.jsonl").write_text(json.dumps(d) + "\n")
     with pytest.raises(results.ResultsFormatError, match="version 99.*reads version 1"):

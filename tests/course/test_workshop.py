@@ -232,25 +232,14 @@ def test_machine_and_lever_tables_and_the_lever_figure(tmp_path, fingerprint, sy
     again = workshop.lever_figure(epoch, machines, tmp_path / "again.png")
     assert again.read_bytes() == path.read_bytes()  # no date or version in the file: the same figure, the same bytes
 
-FP = {"cpu_model": "Fake CPU", "physical_cores": 4, "bf16": {"avx2": True, "avx512": True, "native_bf16": False,
-                                                             "amx": False}, "versions": {"torch": "2.8.0"}}
 
 
-def rows():
-    out = results.make_rows("02", "batch", {"b32": [2.0, 2.2, 1.8], "b256": [1.0, 1.1, 0.9]}, metric="epoch_time",
-                            unit="s", baseline="b32", published={"b32": 10.0, "b256": 4.0}, published_source="book",
-                            fingerprint=FP, profile="smoke", data="standin")
-    out += results.make_rows("02", "batch", {"b32": [80.0], "b256": [70.0]}, metric="accuracy", unit="%",
-                             baseline="b32", lower_is_better=False, fingerprint=FP, profile="smoke", data="standin")
-    return out
-
-
-def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path):
+def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path, sample_rows):
     assert workshop.metric_label("epoch_time", "s") == "s per epoch"
     assert workshop.metric_label("step_time", "ms") == "ms per step"
     assert workshop.metric_label("compile_time", "s") == "s per run"
     assert workshop.metric_label("throughput", "images/s") == "images/s"
-    r = rows()
+    r = sample_rows
     t = workshop.rows_table(r[:2])
     assert t.columns[1] == "epoch_time median (s per epoch)" and "min (s per epoch)" in t.columns
     assert all("(" in c for c in t.columns[1:4] + t.columns[5:8])
@@ -267,20 +256,21 @@ def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path):
     assert (tmp_path / "rows.csv").read_bytes() == csv_text.encode() and "CPU 4 cores" in lines[1]
 
 
-def test_quality_rows_value_format_and_grouping():
-    r = rows()
+def test_quality_rows_value_format_and_grouping(sample_rows, fake_fingerprint):
+    r = sample_rows
     assert [workshop.is_quality(x) for x in r] == [False, False, True, True]
     for metric in ("val_loss", "Top1", "max_abs_diff", "error_rate"):
         assert workshop.is_quality(dataclasses.replace(r[0], metric=metric))
     assert [fmt(v) for v in (2.0, 0.975, 1234.0, 1.234e-4)] == ["2.000", "0.975", "1,234", "1.2340e-04"]
-    other = results.make_rows("01", "loader", {"w0": [1.0]}, metric="epoch_time", unit="s", fingerprint=FP,
+    other = results.make_rows("01", "loader", {"w0": [1.0]}, metric="epoch_time", unit="s", fingerprint=fake_fingerprint,
                               profile="smoke", data="none")
     groups = workshop.group_rows([r[0], other[0], r[2], r[1], r[3]])
     assert list(groups) == [("02", "batch", "epoch_time", "s"), ("01", "loader", "epoch_time", "s"),
                             ("02", "batch", "accuracy", "%")]  # in the order they first appear
     assert [x.variant for x in groups[("02", "batch", "epoch_time", "s")]] == ["b32", "b256"]
 
-def test_hardware_class_and_machine_key():
+def test_hardware_class_and_machine_key(fake_fingerprint):
+    FP = fake_fingerprint
     assert workshop.hardware_class(FP) == "CPU 4 cores, AVX-512"
     assert workshop.isa_class({"bf16": {"amx": True}}) == "AMX"
     assert workshop.isa_class({}) == "unknown ISA"
