@@ -1,7 +1,6 @@
-"""The course's rule for accuracy, paired by seed and by image: per-seed, per-image correctness of a
-baseline and a variant -> the difference in expected accuracy on new images, its t interval and one
-word ("costs", "keeps", "gains" or "no measurable difference"). Pure arithmetic; the reasoning is in
-docs/measurement.md ("Accuracy is paired")."""
+"""The course's rule for accuracy, paired by seed and by image: per-seed, per-image correctness of a baseline and a
+variant -> the difference in expected accuracy on new images, its t interval and one word ("costs", "keeps", "gains"
+or "no measurable difference"). Pure arithmetic; the reasoning is in docs/measurement.md ("Accuracy is paired")."""
 
 from __future__ import annotations
 
@@ -10,12 +9,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Sequence
 
-MIN_SEEDS = 3
-"""Fewest seeds for a word; with 2 (the smoke size) ``compare`` computes the interval and says ``TOO_FEW``."""
-
-TOLERANCE = 1.0
-"""Points within which "keeps" may be said (the whole interval inside +-1 point)."""
-
+MIN_SEEDS = 3  # fewest seeds for a word; with 2 (the smoke size) ``compare`` gives the interval and ``TOO_FEW``
+TOLERANCE = 1.0  # points within which "keeps" may be said (the whole interval inside +-1 point)
 Z = 1.96
 NO_DIFFERENCE = "no measurable difference"
 TOO_FEW = "too few seeds for a word"
@@ -57,7 +52,6 @@ class AccuracyVerdict:
     difference: float
     margin: float
     word: str
-    tolerance: float = TOLERANCE
 
     @property
     def low(self) -> float:
@@ -69,11 +63,6 @@ class AccuracyVerdict:
         """The interval's upper bound, never above +100 points."""
         return min(100.0, self.difference + self.margin)
 
-    @property
-    def decided(self) -> bool:
-        """Whether the word is a claim ("costs", "keeps" or "gains") rather than "cannot tell"."""
-        return self.word not in (NO_DIFFERENCE, TOO_FEW)
-
     def __str__(self) -> str:
         return (f"{self.difference:+.1f} points (95% interval {self.low:+.1f} to {self.high:+.1f}, "
                 f"{len(self.baseline.values)} paired seeds): {self.word}")
@@ -84,18 +73,6 @@ def accuracy_of(correct: Sequence[bool]) -> float:
     if not len(correct):
         raise ValueError("no test images: correctness is one True/False per image")
     return 100.0 * sum(bool(c) for c in correct) / len(correct)
-
-
-def _check(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]]) -> tuple[int, int]:
-    n = len(baseline)
-    if n != len(variant):
-        raise ValueError(f"paired seeds needed: {n} baseline runs, {len(variant)} variant runs (same seeds, same order)")
-    if n < 2:
-        raise ValueError(f"{n} seed(s); a comparison needs at least 2 seeds per arm, and {MIN_SEEDS} for a word")
-    sizes = {len(run) for run in (*baseline, *variant)}
-    if len(sizes) != 1 or 0 in sizes:
-        raise ValueError("every run must be scored on the same, non-empty test images (one True/False per image)")
-    return n, sizes.pop()
 
 
 def _paired_error(x: list[list[float]]) -> tuple[float, float]:
@@ -118,11 +95,17 @@ def _paired_error(x: list[list[float]]) -> tuple[float, float]:
 def compare(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]], *,
             tolerance: float = TOLERANCE) -> AccuracyVerdict:
     """The paired difference in expected accuracy on new images, its 95% t interval and the word.
-
     ``baseline``, ``variant``: per seed (same seeds, same order), per-image correctness on the same images."""
     if tolerance < 0:
         raise ValueError("tolerance must be >= 0 points")
-    n, _ = _check(baseline, variant)
+    n = len(baseline)
+    if n != len(variant):
+        raise ValueError(f"paired seeds needed: {n} baseline runs, {len(variant)} variant runs (same seeds, same order)")
+    if n < 2:
+        raise ValueError(f"{n} seed(s); a comparison needs at least 2 seeds per arm, and {MIN_SEEDS} for a word")
+    sizes = {len(run) for run in (*baseline, *variant)}
+    if len(sizes) != 1 or 0 in sizes:
+        raise ValueError("every run must be scored on the same, non-empty test images (one True/False per image)")
     b = Accuracies(tuple(accuracy_of(run) for run in baseline))
     v = Accuracies(tuple(accuracy_of(run) for run in variant))
     table = [[100.0 * (bool(y) - bool(x)) for x, y in zip(br, vr)] for br, vr in zip(baseline, variant)]
@@ -138,23 +121,18 @@ def compare(baseline: Sequence[Sequence[bool]], variant: Sequence[Sequence[bool]
         word = "keeps"
     else:
         word = NO_DIFFERENCE
-    return AccuracyVerdict(b, v, d, margin, word, tolerance)
-
-
-def test_set_error(accuracy: float, test_size: int) -> float:
-    """Standard error (points) of an accuracy (%) measured on ``test_size`` images."""
-    if test_size <= 0:
-        raise ValueError("test_size must be a positive number of test images")
-    p = min(max(accuracy / 100.0, 0.0), 1.0)
-    return 100.0 * math.sqrt(p * (1.0 - p) / test_size)
+    return AccuracyVerdict(b, v, d, margin, word)
 
 
 def above_chance(accuracies: Sequence[float], classes: int, *, test_size: int) -> bool:
-    """Whether the mean accuracy (%) is at least twice chance and ``Z`` test-set errors above it."""
+    """Whether the mean accuracy (%) is at least twice chance and ``Z`` test-set errors (at chance) above it."""
     if classes < 2:
         raise ValueError("classes must be >= 2")
     if not accuracies:
         raise ValueError("above_chance needs at least one accuracy")
+    if test_size <= 0:
+        raise ValueError("test_size must be a positive number of test images")
     chance = 100.0 / classes
+    error = 100.0 * math.sqrt(chance / 100.0 * (1.0 - chance / 100.0) / test_size)  # the test-set error at chance
     mean = statistics.fmean(float(a) for a in accuracies)
-    return mean >= 2 * chance and mean > chance + Z * test_set_error(chance, test_size)
+    return mean >= 2 * chance and mean > chance + Z * error

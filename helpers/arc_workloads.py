@@ -9,8 +9,8 @@ from __future__ import annotations
 import contextlib
 import copy
 import math
-import time
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Callable
 
 import torch
@@ -39,27 +39,8 @@ TINY_UNET_OVERRIDES: dict[str, Any] = {"block_out_channels": [32, 64, 64, 64], "
 # SD 2.1 at 30% of its channel widths (83,397,412 parameters): builds in about a second, ~38 GFLOP a step at 256x256
 NARROW_UNET_OVERRIDES: dict[str, Any] = {"block_out_channels": [96, 192, 384, 384], "attention_head_dim": [3, 6, 12, 12]}
 UNET_SIZES: dict[str, dict[str, Any]] = {"full": {}, "narrow": NARROW_UNET_OVERRIDES, "tiny": TINY_UNET_OVERRIDES}
-
-
-@dataclass(frozen=True)
-class BlogTraining:
-    """The blog's image-classification run (HaGRID): what one epoch and the whole run contain."""
-
-    train_steps_per_epoch: int = 4_324
-    eval_steps_per_epoch: int = 481
-    epochs: int = 3
-    batch: int = 32
-    size: int = 288
-    classes: int = 19
-
-    def estimated_total_s(self, step_s: float, eval_step_s: float = 0.0) -> float:
-        """Seconds for the blog's whole run at ``step_s`` per training step (no data loading or checkpoints)."""
-        if step_s <= 0 or eval_step_s < 0:
-            raise ValueError("step times must be positive")
-        return self.epochs * (self.train_steps_per_epoch * step_s + self.eval_steps_per_epoch * eval_step_s)
-
-
-HAGRID = BlogTraining()
+# The blog's image-classification run (HaGRID): 3 epochs of 4,324 training steps, batch 32 at 288x288, 19 classes
+HAGRID_TRAIN_STEPS = 3 * 4_324
 
 
 def sd21_unet(size: str = "full", device: torch.device | str | None = None, seed: int = 0) -> nn.Module:
@@ -68,27 +49,23 @@ def sd21_unet(size: str = "full", device: torch.device | str | None = None, seed
     if size not in UNET_SIZES:
         raise ValueError(f"size must be one of {', '.join(UNET_SIZES)}, not {size!r}")
     from diffusers import UNet2DConditionModel
-    config = dict(SD21_UNET_CONFIG, **UNET_SIZES[size])
-    if device is None:
+    with contextlib.nullcontext() if device is None else torch.device(device):
         set_seed(seed)
-        return UNet2DConditionModel.from_config(config)
-    with torch.device(device):
-        set_seed(seed)
-        return UNet2DConditionModel.from_config(config)
+        return UNet2DConditionModel.from_config(dict(SD21_UNET_CONFIG, **UNET_SIZES[size]))
 
 
-def unet_step(unet: nn.Module, *, device: torch.device | str, image_size: int = 512, batch: int = 2,
-              text_tokens: int = 77, autocast_dtype: torch.dtype | None = None, seed: int = 0) -> Callable[[], None]:
-    """One denoising step of ``unet`` (no gradients) at ``image_size`` pixels; ``batch`` 2 is one image with
-    classifier-free guidance, as the blog's pipeline ran."""
+def unet_step(unet: nn.Module, *, device: torch.device | str, image_size: int = 512,
+              autocast_dtype: torch.dtype | None = None) -> Callable[[], None]:
+    """One denoising step of ``unet`` (no gradients) at ``image_size`` pixels, batch 2 (one image with
+    classifier-free guidance, as the blog's pipeline ran) and 77 text tokens."""
     if image_size % 8:
         raise ValueError("image_size must be a multiple of 8 (the VAE's downsampling factor)")
     device = torch.device(device)
     cfg = unet.config
-    gen = torch.Generator().manual_seed(seed)
-    latent = torch.randn(batch, cfg.in_channels, image_size // 8, image_size // 8, generator=gen).to(device)
-    text = torch.randn(batch, text_tokens, cfg.cross_attention_dim, generator=gen).to(device)
-    timestep = torch.tensor([500] * batch, device=device)
+    gen = torch.Generator().manual_seed(0)
+    latent = torch.randn(2, cfg.in_channels, image_size // 8, image_size // 8, generator=gen).to(device)
+    text = torch.randn(2, 77, cfg.cross_attention_dim, generator=gen).to(device)
+    timestep = torch.tensor([500, 500], device=device)
     unet.to(device).eval()
 
     @torch.no_grad()
@@ -99,17 +76,15 @@ def unet_step(unet: nn.Module, *, device: torch.device | str, image_size: int = 
     return step
 
 
-def classification_step(*, device: torch.device | str, batch: int = HAGRID.batch, size: int = HAGRID.size,
-                        num_classes: int = HAGRID.classes, autocast_dtype: torch.dtype | None = None,
-                        channels_last: bool = False, model_name: str = "resnet18d",
+def classification_step(*, device: torch.device | str, batch: int = 32, size: int = 288, num_classes: int = 19,
+                        autocast_dtype: torch.dtype | None = None, channels_last: bool = False,
                         seed: int = 0) -> Callable[[], float]:
-    """One training step of the blog's classifier (timm ``resnet18d``, AdamW lr 1e-3 eps 1e-5) on a fixed batch
-    on the device; the callable returns the loss."""
+    """One training step of the blog's classifier (timm ``resnet18d``, AdamW) on a fixed batch: it returns the loss."""
     import timm
     device = torch.device(device)
     set_seed(seed)
     fmt = torch.channels_last if channels_last else torch.contiguous_format
-    model = timm.create_model(model_name, pretrained=False, num_classes=num_classes).to(device, memory_format=fmt)
+    model = timm.create_model("resnet18d", pretrained=False, num_classes=num_classes).to(device, memory_format=fmt)
     model.train()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, eps=1e-5)
     x = torch.randn(batch, 3, size, size).to(device, memory_format=fmt)
@@ -122,30 +97,20 @@ def classification_step(*, device: torch.device | str, batch: int = HAGRID.batch
     return step
 
 
-class _ConvLayer(nn.Sequential):
-    def __init__(self, cin: int, cout: int, kernel: int, stride: int, padding: str) -> None:
-        pad = nn.ReflectionPad2d(kernel // 2) if padding == "reflect" else nn.ZeroPad2d(kernel // 2)
-        super().__init__(pad, nn.Conv2d(cin, cout, kernel, stride))
+def _conv(cin: int, cout: int, kernel: int, stride: int, padding: str) -> nn.Sequential:
+    pad = nn.ReflectionPad2d(kernel // 2) if padding == "reflect" else nn.ZeroPad2d(kernel // 2)
+    return nn.Sequential(pad, nn.Conv2d(cin, cout, kernel, stride))
 
 
 class _Residual(nn.Module):
     def __init__(self, channels: int, padding: str) -> None:
         super().__init__()
-        self.body = nn.Sequential(_ConvLayer(channels, channels, 3, 1, padding), nn.InstanceNorm2d(channels, affine=True),
-                                  nn.ReLU(), _ConvLayer(channels, channels, 3, 1, padding),
+        self.body = nn.Sequential(_conv(channels, channels, 3, 1, padding), nn.InstanceNorm2d(channels, affine=True),
+                                  nn.ReLU(), _conv(channels, channels, 3, 1, padding),
                                   nn.InstanceNorm2d(channels, affine=True))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x + self.body(x)
-
-
-class _Upsample(nn.Module):
-    def __init__(self, cin: int, cout: int, padding: str) -> None:
-        super().__init__()
-        self.conv = _ConvLayer(cin, cout, 3, 1, padding)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.conv(nn.functional.interpolate(x, scale_factor=2, mode="nearest"))
 
 
 def transformer_net(padding: str = "reflect") -> nn.Module:
@@ -155,27 +120,21 @@ def transformer_net(padding: str = "reflect") -> nn.Module:
         raise ValueError("padding must be 'reflect' or 'zero'")
     norm = lambda c: nn.InstanceNorm2d(c, affine=True)  # noqa: E731
     return nn.Sequential(
-        _ConvLayer(3, 32, 9, 1, padding), norm(32), nn.ReLU(),
-        _ConvLayer(32, 64, 3, 2, padding), norm(64), nn.ReLU(),
-        _ConvLayer(64, 128, 3, 2, padding), norm(128), nn.ReLU(),
+        _conv(3, 32, 9, 1, padding), norm(32), nn.ReLU(),
+        _conv(32, 64, 3, 2, padding), norm(64), nn.ReLU(),
+        _conv(64, 128, 3, 2, padding), norm(128), nn.ReLU(),
         *[_Residual(128, padding) for _ in range(5)],
-        _Upsample(128, 64, padding), norm(64), nn.ReLU(),
-        _Upsample(64, 32, padding), norm(32), nn.ReLU(),
-        _ConvLayer(32, 3, 9, 1, padding),
+        nn.Upsample(scale_factor=2), _conv(128, 64, 3, 1, padding), norm(64), nn.ReLU(),
+        nn.Upsample(scale_factor=2), _conv(64, 32, 3, 1, padding), norm(32), nn.ReLU(),
+        _conv(32, 3, 9, 1, padding),
     )
 
 
 def vgg16_features() -> nn.Sequential:
     """torchvision's VGG16 ``features[:23]`` (up to relu4_3), without the classifier style transfer never uses."""
-    layers: list[nn.Module] = []
-    cin = 3
-    for v in (64, 64, "M", 128, 128, "M", 256, 256, 256, "M", 512, 512, 512):
-        if v == "M":
-            layers.append(nn.MaxPool2d(2, 2))
-        else:
-            layers += [nn.Conv2d(cin, int(v), 3, padding=1), nn.ReLU(inplace=True)]
-            cin = int(v)
-    return nn.Sequential(*layers)
+    from torchvision.models.vgg import cfgs, make_layers
+
+    return make_layers(cfgs["D"])[:23]
 
 
 def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int = 256,
@@ -224,36 +183,24 @@ def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int
 
 
 # Chapter 12's sizes per profile (``run_sizes.pick(**COMPARISON_SIZES)``); BLOG_SIZES: the blog's own (its 5.3)
+_BLOG = dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, warmup=1)
 COMPARISON_SIZES: dict[str, dict[str, Any]] = {
     "smoke": dict(cls_batch=2, cls_size=32, unet="tiny", unet_image=32, style_batch=1, style_size=32, steps=1, warmup=0),
     "workshop": dict(cls_batch=8, cls_size=160, unet="narrow", unet_image=256, style_batch=2, style_size=128, steps=2,
                      warmup=1),
-    "full": dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, steps=3,
-                 warmup=1),
+    "full": dict(_BLOG, steps=3),
 }
-BLOG_SIZES: dict[str, dict[str, Any]] = {
-    "smoke": COMPARISON_SIZES["smoke"],
-    "workshop": dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, steps=2,
-                     warmup=1),
-    "full": dict(cls_batch=32, cls_size=288, unet="full", unet_image=512, style_batch=4, style_size=256, steps=5,
-                 warmup=1),
-}
+BLOG_SIZES: dict[str, dict[str, Any]] = {"smoke": COMPARISON_SIZES["smoke"], "workshop": dict(_BLOG, steps=2),
+                                         "full": dict(_BLOG, steps=5)}
 
 
 def step_builders(sizes: dict[str, Any], device: torch.device | str
                   ) -> tuple[Callable[..., Callable], Callable[..., Callable], Callable[..., Callable]]:
-    """The classification, UNet and style-transfer step builders at ``sizes`` (``COMPARISON_SIZES``) on ``device``;
-    each takes its ``*_step`` function's options and builds a fresh seeded instance."""
-    def cls(**options: Any) -> Callable:
-        return classification_step(device=device, batch=sizes["cls_batch"], size=sizes["cls_size"], **options)
-
-    def unet(**options: Any) -> Callable:
-        return unet_step(sd21_unet(sizes["unet"]), device=device, image_size=sizes["unet_image"], **options)
-
-    def style(**options: Any) -> Callable:
-        return style_transfer_step(device=device, batch=sizes["style_batch"], size=sizes["style_size"], **options)
-
-    return cls, unet, style
+    """The classification, UNet and style-transfer step builders at ``sizes``: each call builds a fresh seeded step."""
+    return (partial(classification_step, device=device, batch=sizes["cls_batch"], size=sizes["cls_size"]),
+            lambda **options: unet_step(sd21_unet(sizes["unet"]), device=device, image_size=sizes["unet_image"],
+                                        **options),
+            partial(style_transfer_step, device=device, batch=sizes["style_batch"], size=sizes["style_size"]))
 
 
 def variant(build: Callable[..., Callable], *, device: torch.device | str, steps: int, warmup: int,
@@ -271,14 +218,14 @@ PUBLISHED_SETUPS = (("resnet18d", "resnet18d_hagrid_train_step", ["titan_rtx_amp
                     ("style transfer", "style_transfer_training", ["titan_rtx", "arc_a770"]))
 
 
-def published_comparison(runs: dict[str, Any], comparable: bool = True, rows: list | None = None
+def published_comparison(runs: dict[str, Any], comparable: bool = True
                          ) -> tuple[Any, list[tuple[str, float | None, str]]]:
     """Chapter 12's published-vs-yours table against the published Titan RTX (``runs``: workload -> Result named
     "..., precision"; style transfer compares whole-run times), and the bars of ``plot_published``."""
     from . import published
     from .tables import Table
 
-    pub = {(r.experiment, r.variant): r for r in (rows if rows is not None else published.load("arc_blog"))}
+    pub = {(r.experiment, r.variant): r for r in published.load("arc_blog")}
     table = Table(["workload", "setup", "it/s", "whole run (min)", "vs Titan RTX (x)", "source"],
                   note="published rows carry their source" + ("" if comparable else
                                                               "; this machine at SMOKE SIZES: not comparable"))
@@ -287,7 +234,7 @@ def published_comparison(runs: dict[str, Any], comparable: bool = True, rows: li
         titan = pub[(exp, setups[0])]
 
         def run_min(rate: float | None) -> float | None:
-            return HAGRID.estimated_total_s(1 / rate) / 60 if name == "resnet18d" and rate else None
+            return HAGRID_TRAIN_STEPS / rate / 60 if name == "resnet18d" and rate else None
 
         for r in (pub[(exp, s)] for s in setups):
             rate, ratio = (r.value, r.value / titan.value) if r.unit == "it/s" else (None, titan.value / r.value)
@@ -338,19 +285,15 @@ class ParityResult:
     ok: bool
     tolerance: float
     dtype: str = "fp32"
-    seconds: float = 0.0
-    settings: dict[str, object] = field(default_factory=dict)
     grad_diffs: dict[str, float] = field(default_factory=dict)
     update_diffs: dict[str, float] = field(default_factory=dict)
 
     @property
     def worst(self) -> str:
         """Which tensor differs most, and in what ('' when nothing was compared)."""
-        cands = [(v, f"{k} gradient") for k, v in self.grad_diffs.items()]
-        cands += [(v, f"{k} update") for k, v in self.update_diffs.items()]
-        if not cands:
-            return ""
-        return max(cands, key=lambda c: math.inf if not math.isfinite(c[0]) else c[0])[1]
+        diffs = {**{f"{k} gradient": v for k, v in self.grad_diffs.items()},
+                 **{f"{k} update": v for k, v in self.update_diffs.items()}}
+        return max(diffs, key=lambda k: diffs[k] if math.isfinite(diffs[k]) else math.inf, default="")
 
     def summary(self) -> str:
         """One line: device, verdict, the largest difference against the tolerance, where, the losses."""
@@ -384,22 +327,19 @@ def learnable_batch(batch: int, input_shape: tuple[int, ...], num_classes: int,
     return (patterns + colours)[labels] + torch.randn(batch, *input_shape, generator=generator), labels
 
 
-def relative_differences(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor],
-                         floor: float = _FLOOR) -> dict[str, float]:
+def relative_differences(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> dict[str, float]:
     """Per tensor ``||other - reference|| / max(||reference||, floor * largest ||reference||)``; inf if not finite."""
     if reference.keys() != other.keys():
         raise ValueError(f"different tensors: {sorted(reference)} and {sorted(other)}")
     norms = {k: float(v.double().norm()) for k, v in reference.items()}
-    smallest = floor * max(norms.values(), default=0.0)
+    smallest = _FLOOR * max(norms.values(), default=0.0)
     out = {}
     for k, ref in reference.items():
         o = other[k].double()
         if o.shape != ref.shape:
             raise ValueError(f"{k}: shapes {tuple(ref.shape)} and {tuple(o.shape)}")
-        if not bool(torch.isfinite(o).all()):
-            out[k] = math.inf
-        else:
-            out[k] = float((o - ref.double()).norm()) / max(norms[k], smallest, 1e-30)
+        finite = bool(torch.isfinite(o).all())
+        out[k] = float((o - ref.double()).norm()) / max(norms[k], smallest, 1e-30) if finite else math.inf
     return out
 
 
@@ -426,18 +366,18 @@ def _parity_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, 
     return float(loss.detach().cpu()), grads
 
 
-def _compare(reference: nn.Module, twin: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, device: torch.device,
-             steps: int, lr: float, dtype: torch.dtype | None, fault: Callable[[nn.Module], object] | None
+def _compare(reference: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, device: torch.device, steps: int,
+             dtype: torch.dtype | None, fault: Callable[[nn.Module], object] | None
              ) -> tuple[list[float], list[float], dict[str, float], dict[str, float]]:
-    """``reference`` trains on the CPU; before each step ``twin`` takes its weights and optimizer state and makes the
+    """``reference`` trains on the CPU; before each step its twin takes its weights and optimizer state and makes the
     same step on ``device``: both losses, per tensor the largest difference of gradients and of updates."""
     cpu = torch.device("cpu")
     reference = reference.train()
-    twin = twin.to(device).train()
+    twin = copy.deepcopy(reference).to(device).train()
     if fault is not None:
         fault(twin)
-    ref_opt = torch.optim.SGD(reference.parameters(), lr=lr, momentum=0.9)
-    twin_opt = torch.optim.SGD(twin.parameters(), lr=lr, momentum=0.9)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1, momentum=0.9)
+    twin_opt = torch.optim.SGD(twin.parameters(), lr=0.1, momentum=0.9)
     x, y = inputs.to(device), labels.to(device)
     cpu_losses, dev_losses = [], []
     grad_diffs: dict[str, float] = {}
@@ -461,12 +401,12 @@ def _compare(reference: nn.Module, twin: nn.Module, inputs: torch.Tensor, labels
 
 def parity_check(device: torch.device | str, model_fn: Callable[[], nn.Module] | None = None, steps: int = 5,
                  seed: int = 0, *, batch: int = 16, input_shape: tuple[int, int, int] = (3, 16, 16),
-                 num_classes: int = 10, lr: float = 0.1, dtype: torch.dtype | str | None = None,
-                 tolerance: float | None = None, fault: Callable[[nn.Module], object] | None = None) -> ParityResult:
+                 num_classes: int = 10, dtype: torch.dtype | str | None = None,
+                 fault: Callable[[nn.Module], object] | None = None) -> ParityResult:
     """``steps`` SGD steps on the CPU (fp32), each made again on ``device`` from the same state: the difference.
     ``model_fn()``: a model without dropout (default ``probe_model``); ``dtype``: the device's autocast dtype;
     ``fault(model)``: breaks the device run on purpose (a gradient hook). The caller's RNG state is kept."""
-    from .precision import parse_dtype, tf32, tf32_defaults
+    from .precision import parse_dtype, tf32
 
     if steps < 1 or batch < 1:
         raise ValueError("steps >= 1 and batch >= 1 are required")
@@ -475,29 +415,21 @@ def parity_check(device: torch.device | str, model_fn: Callable[[], nn.Module] |
     except devices.DeviceError as exc:
         raise ValueError(str(exc)) from None
     autocast = parse_dtype(dtype)
-    tol = PARITY_TOLERANCES.get(autocast, PARITY_TOLERANCES[torch.bfloat16]) if tolerance is None else float(tolerance)
-    start = time.perf_counter()
+    tol = PARITY_TOLERANCES.get(autocast, PARITY_TOLERANCES[torch.bfloat16])
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         reference = (model_fn or (lambda: probe_model(input_shape[0], num_classes)))()
-        twin = copy.deepcopy(reference)
         inputs, labels = learnable_batch(batch, input_shape, num_classes, torch.Generator().manual_seed(seed))
         # IEEE fp32 on CUDA: TF32 is a chosen rounding, not a fault
         with tf32(False) if dev.type == "cuda" else contextlib.nullcontext():
-            cpu_losses, dev_losses, grad_diffs, update_diffs = _compare(reference, twin, inputs, labels, dev, steps,
-                                                                        lr, autocast, fault)
+            cpu_losses, dev_losses, grad_diffs, update_diffs = _compare(reference, inputs, labels, dev, steps, autocast,
+                                                                        fault)
         devices.synchronize(dev)
     diff = max([*grad_diffs.values(), *update_diffs.values()], default=0.0)
     if not all(math.isfinite(v) for v in dev_losses):
         diff = math.inf
-    settings: dict[str, object] = {"steps": steps, "seed": seed, "batch": batch, "input_shape": list(input_shape),
-                                   "lr": lr, "optimizer": "SGD momentum 0.9", "fault injected": fault is not None}
-    if dev.type == "cuda":
-        settings["tf32 outside the probe"] = tf32_defaults()
-    return ParityResult(device=devices.describe(dev), max_rel_diff=diff, cpu_losses=cpu_losses,
-                        device_losses=dev_losses, ok=diff <= tol, tolerance=tol,
-                        dtype=_DTYPE_NAMES.get(autocast, str(autocast)), seconds=time.perf_counter() - start,
-                        settings=settings, grad_diffs=grad_diffs, update_diffs=update_diffs)
+    return ParityResult(devices.describe(dev), diff, cpu_losses, dev_losses, diff <= tol, tol,
+                        _DTYPE_NAMES.get(autocast, str(autocast)), grad_diffs=grad_diffs, update_diffs=update_diffs)
 
 
 def parity_plot(runs: dict[str, ParityResult], ax: Any = None) -> Any:

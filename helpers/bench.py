@@ -1,8 +1,6 @@
 """Training-step benchmark with the dlprimitives blog's method (chapter 12): ``python -m helpers.bench``.
 
-Per torchvision model: zero_grad, the copy of one fixed host batch, forward + LogSoftmax + NLLLoss, backward and
-an Adam step, timed as a whole between two synchronizations and per phase; median (the course's statistic) beside
-the blog's mean, FLOP/s against a matmul peak of the same math mode, and ratios to the published table (docs/tools.md)."""
+The method (phases, median beside the blog's mean, the same-mode matmul peak) is in docs/tools.md."""
 
 from __future__ import annotations
 
@@ -32,14 +30,6 @@ class BenchError(ValueError):
     """A bad benchmark option, with the valid choices."""
 
 
-def step_times(model: str, device: str, total: Sequence[float], phases: dict[str, list[float]] | None = None,
-               flops_per_step: int = 0, phase_method: str = "clock") -> Result:
-    """One model's steps as a ``measure.Result``: step times (s) as samples, ``flops_per_step`` in metrics, and
-    ``device``, per-phase times (s) and how they were taken ("clock", "device events", "synchronized") in settings."""
-    return Result(model, list(total), [], {"flops_per_step": flops_per_step},
-                  {"device": device, "phases": dict(phases or {}), "phase_method": phase_method})
-
-
 def _mean_ms(t: Result) -> float:
     """Mean step time in ms: the blog's statistic, shown beside the median, never compared."""
     return 1e3 * statistics.fmean(t.samples)
@@ -61,35 +51,18 @@ def check_options(model_names: Sequence[str], device: str, dtype: str) -> tuple[
     return list(model_names), dev, autocast
 
 
-class _NoUpdate:
-    """An optimizer that clears gradients but never updates (``--no-optimizer``: forward + backward only)."""
-
-    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
-        self.optimizer = optimizer
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        self.optimizer.zero_grad(set_to_none=set_to_none)
-
-    def step(self) -> None:
-        pass
-
-
 class BenchStep:
     """One training step of the blog's benchmark on a model, optimizer and fixed host batch built once."""
 
     def __init__(self, model_name: str, *, device: torch.device, batch: int = 16, size: int = 224,
-                 autocast: torch.dtype | None = None, channels_last: bool = False, optimizer: bool = True,
-                 seed: int = 0):
+                 autocast: torch.dtype | None = None, seed: int = 0):
         if batch < 1 or size < 32:
             raise BenchError("batch >= 1 and size >= 32 are required")
         torch.manual_seed(seed)
-        self.device, self.autocast, self.use_optimizer = device, autocast, optimizer
-        self.memory_format = torch.channels_last if channels_last else torch.contiguous_format
+        self.device, self.autocast = device, autocast
         self.net = models.torchvision_model(model_name, num_classes=1000).to(device).train()
-        self.net = self.net.to(memory_format=self.memory_format)
         self.head, self.nll = nn.LogSoftmax(dim=1), nn.NLLLoss()
         self.opt = torch.optim.Adam(self.net.parameters())
-        self.stepper: Any = self.opt if optimizer else _NoUpdate(self.opt)
         self.inputs = torch.randn(batch, 3, size, size)  # one fixed batch on the host, copied every step
         self.labels = torch.randint(1000, (batch,))
 
@@ -111,29 +84,27 @@ class BenchStep:
         """The copy to the device, then ``train_step``; ``mark(phase)`` at the start and after each phase."""
         if mark is not None:
             mark("start")
-        x = self.inputs.to(self.device, memory_format=self.memory_format)
+        x = self.inputs.to(self.device)
         y = self.labels.to(self.device)
         if mark is not None:
             mark("copy")
-        train_step(self.net, self.stepper, self.loss_fn, x, y,
+        train_step(self.net, self.opt, self.loss_fn, x, y,
                    autocast_dtype=self.autocast, device_type=self.device.type, mark=mark)
 
 
 def event_clock(device: torch.device) -> Callable[[], Any] | None:
     """A function that records a timing event on ``device``, or None where it has none (the CPU)."""
-    if device.type == "cpu":
-        return None
-    try:
-        probe = torch.Event(device=device, enable_timing=True)
-        probe.record()
-    except (RuntimeError, TypeError, AttributeError):
-        return None
-
     def record() -> Any:
         event = torch.Event(device=device, enable_timing=True)
         event.record()
         return event
 
+    if device.type == "cpu":
+        return None
+    try:
+        record()  # a probe: not every device has timing events
+    except (RuntimeError, TypeError, AttributeError):
+        return None
     return record
 
 
@@ -143,15 +114,12 @@ def timed_steps(step: BenchStep, steps: int, warmup: int = 0,
     device events for the phases (``event_clock``); else the host clock, synchronizing after each phase (the blog's)."""
     totals: list[float] = []
     phases: dict[str, list[float]] = {p: [] for p in PHASES}
-    on_cpu = step.device.type == "cpu"
-    if clock is not None:
-        now: Callable[[], Any] = clock
-    elif on_cpu:
-        now = time.perf_counter
-    else:
-        def now() -> float:
-            devices.synchronize(step.device)
-            return time.perf_counter()
+
+    def synced() -> float:  # the host clock once the device's queued work is done (the blog's way)
+        devices.synchronize(step.device)
+        return time.perf_counter()
+
+    now = clock or synced
     for i in range(-warmup, steps):
         marks: list[tuple[str, Any]] = []
         devices.synchronize(step.device)
@@ -174,18 +142,18 @@ def timed_steps(step: BenchStep, steps: int, warmup: int = 0,
 
 
 def time_steps(model_name: str, *, device: torch.device, batch: int = 16, size: int = 224, warmup: int = 5,
-               steps: int = 20, autocast: torch.dtype | None = None, channels_last: bool = False,
-               optimizer: bool = True, seed: int = 0, count_flops: bool = True) -> Result:
-    """Time ``steps`` training steps of one torchvision model with the blog's method."""
+               steps: int = 20, autocast: torch.dtype | None = None, seed: int = 0) -> Result:
+    """Time ``steps`` training steps of one torchvision model with the blog's method: step times (s) as samples,
+    ``flops_per_step`` in metrics; ``device``, per-phase times (s) and ``phase_method`` in settings."""
     if steps < 1 or warmup < 0:
         raise BenchError("steps >= 1 and warmup >= 0 are required")
-    step = BenchStep(model_name, device=device, batch=batch, size=size, autocast=autocast,
-                     channels_last=channels_last, optimizer=optimizer, seed=seed)
-    flops = step.flops() if count_flops else 0
+    step = BenchStep(model_name, device=device, batch=batch, size=size, autocast=autocast, seed=seed)
+    flops = step.flops()
     clock = event_clock(device)
     totals, phases = timed_steps(step, steps, warmup, clock)
     method = "clock" if device.type == "cpu" else "device events" if clock is not None else "synchronized"
-    return step_times(model_name, str(device), totals, phases, flops, method)
+    return Result(model_name, totals, [], {"flops_per_step": flops},
+                  {"device": str(device), "phases": phases, "phase_method": method})
 
 
 def published_table(times: Sequence[Result], title: str = "") -> Table:
@@ -204,11 +172,9 @@ def published_table(times: Sequence[Result], title: str = "") -> Table:
     return table
 
 
-def results_table(times: Sequence[Result], peak: MatmulPeak | float | None = None) -> Table:
+def results_table(times: Sequence[Result], peak: MatmulPeak | None = None) -> Table:
     """Median, min, max and mean (the blog's, labelled) step time, per-phase medians, achieved FLOP/s and its share
-    of the matmul ``peak`` measured in the same math mode (a bare number is taken as fp32)."""
-    if isinstance(peak, (int, float)):
-        peak = MatmulPeak(float(peak), "fp32")
+    of the matmul ``peak`` measured in the same math mode."""
     cols = ["model", "median ms/step", "min ms/step", "max ms/step", "mean ms/step (blog's statistic)"]
     cols += [f"{p} median ms" for p in PHASES] + ["TFLOP/s"]
     if peak:
@@ -243,18 +209,16 @@ def results_table(times: Sequence[Result], peak: MatmulPeak | float | None = Non
     return table
 
 
-def bench_rows(times: Sequence[Result], *, batch: int, size: int, dtype: str, channels_last: bool,
-               optimizer: bool, peak: MatmulPeak | None, **context: Any) -> list[results.Row]:
+def bench_rows(times: Sequence[Result], *, batch: int, size: int, dtype: str, peak: MatmulPeak | None,
+               **context: Any) -> list[results.Row]:
     """Result rows: step and per-phase times (ms per step), TFLOP/s and % of the same-mode matmul peak, per model."""
-    setting = (f"train_step b{batch} {size}x{size} {dtype}{' channels_last' if channels_last else ''}"
-               f"{'' if optimizer else ' no-optimizer'}")
-    blog = batch == 16 and size == 224 and dtype == "fp32" and optimizer and not channels_last
+    setting = f"train_step b{batch} {size}x{size} {dtype}"
     pub: dict[str, float] = {}
     source = None
-    if blog:
+    if batch == 16 and size == 224 and dtype == "fp32":  # the blog's setting: its published row beside yours
         rows_pub = published.select(published.load("dlprimitives"), experiment="train_step_batch16_224")
         pub = {r.metric.removeprefix("step_time_"): r.value for r in rows_pub if r.variant == PUBLISHED_REFERENCE}
-        source = f"{rows_pub[0].source} ({PUBLISHED_REFERENCE}, phases synchronized)" if rows_pub else None
+        source = f"{rows_pub[0].source} ({PUBLISHED_REFERENCE}, phases synchronized)"
     extra = {t.name: {"mean_ms": _mean_ms(t), "flops_per_step": t.metrics["flops_per_step"],
                       "phase_method": t.settings["phase_method"], "device": t.settings["device"]} for t in times}
     out = results.make_rows("bench", setting, {t.name: [1e3 * v for v in t.samples] for t in times},
@@ -288,11 +252,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--dtype", default="fp32", help="fp32, bf16 or fp16 (autocast)")
-    p.add_argument("--channels-last", action="store_true")
-    p.add_argument("--no-optimizer", action="store_true",
-                   help="skip the Adam step (time zero_grad, copy, forward and backward only); not comparable "
-                        "with the published table, whose steps include it")
-    p.add_argument("--threads", type=int, default=0)
     p.add_argument("--out", default="results/bench",
                    help="each run writes a new folder <out>/<time>-<device>/ with rows.jsonl, bench.csv, bench.md")
     return p
@@ -302,23 +261,17 @@ def main(argv: Sequence[str] | None = None) -> list[Result]:
     """Command line: time the models, print the tables, write the run's folder."""
     args = _parser().parse_args(argv)
     names, device, autocast = check_options(args.models, args.device, args.dtype)
-    if args.threads:
-        torch.set_num_threads(args.threads)
     print(system.env_report())
     print(f"device {devices.describe(device)} | batch {args.batch} | {args.size}x{args.size} | {args.dtype}"
-          f"{' | channels_last' if args.channels_last else ''} | {args.warmup} warm-up + {args.steps} timed steps")
+          f" | {args.warmup} warm-up + {args.steps} timed steps")
     from tqdm.auto import tqdm
 
-    times = []
-    for name in tqdm(names, desc="models", disable=None):
-        times.append(time_steps(name, device=device, batch=args.batch, size=args.size, warmup=args.warmup,
-                                steps=args.steps, autocast=autocast, channels_last=args.channels_last,
-                                optimizer=not args.no_optimizer))
+    times = [time_steps(name, device=device, batch=args.batch, size=args.size, warmup=args.warmup, steps=args.steps,
+                        autocast=autocast) for name in tqdm(names, desc="models", disable=None)]
     peak = matmul_peak(device, math_mode(device, autocast))
     tables = [results_table(times, peak), published_table(times)]
     print(f"{tables[0]}\n\n{tables[1]}")
-    rows = bench_rows(times, batch=args.batch, size=args.size, dtype=args.dtype, channels_last=args.channels_last,
-                      optimizer=not args.no_optimizer, peak=peak, data="none")
+    rows = bench_rows(times, batch=args.batch, size=args.size, dtype=args.dtype, peak=peak, data="none")
     folder = Path(args.out) / f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{device.type}"
     while folder.exists():
         folder = folder.with_name(folder.name + "x")

@@ -1,6 +1,5 @@
-"""Training checkpoints in the course's one format: ``training_state`` makes the dict (the plain module's weights,
-optimizer, scaler, random streams and the progress, ``PROGRESS_KEYS``; ``epoch``/``batch`` name the next batch),
-``save_checkpoint`` writes it atomically and ``restore`` loads it back (``weights_only=True``); docs/running.md."""
+"""Training checkpoints in the course's one format: ``training_state`` makes the dict (``epoch``/``batch`` name the
+next batch), ``save_checkpoint`` writes it atomically, ``restore`` loads it (``weights_only=True``); docs/running.md."""
 
 from __future__ import annotations
 
@@ -33,10 +32,8 @@ def load_checkpoint(path: Path | str) -> dict[str, Any]:
     except FileNotFoundError:
         raise
     except (RuntimeError, EOFError, OSError, pickle.UnpicklingError, ValueError) as exc:
-        raise CheckpointError(
-            f"Checkpoint {path} is damaged or not a checkpoint ({type(exc).__name__}). "
-            "Delete it to start training from scratch, or pass another checkpoint path."
-        ) from None
+        raise CheckpointError(f"Checkpoint {path} is damaged or not a checkpoint ({type(exc).__name__}). "
+                              "Delete it to start training from scratch, or pass another checkpoint path.") from None
     if not isinstance(state, dict) or "model" not in state:
         raise CheckpointError(f"{path} is not a training checkpoint written by helpers.training (a dict with a 'model' state_dict).")
     return state
@@ -97,10 +94,8 @@ def restore(path: Path | str, model: torch.nn.Module, optimizer: torch.optim.Opt
         scaler.load_state_dict(state["scaler"])
     rng = state.get("rng")
     set_rng_state(rng if isinstance(rng, dict) else {"cpu": rng}, device)
-    out = fresh_progress()
-    out.update(progress)
+    out = {**fresh_progress(), **progress, "resumed_from": [progress["epoch"], progress["batch"]]}
     for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
         out[key] = list(state[key]) if isinstance(state.get(key), list) else state.get(key, out[key])
     out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
-    out["resumed_from"] = [progress["epoch"], progress["batch"]]
     return out

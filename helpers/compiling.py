@@ -1,7 +1,6 @@
-"""torch.compile made measurable: a cold compile per instance, the first steps of a new process (compile and
-recompile apart from steady state), graph breaks, own time per operator, the kernels Inductor generated, and
-the step count after which compiling pays back. Importing it changes nothing; ``python -m helpers.compiling
-first-steps ...`` is the child that ``first_steps`` starts.
+"""torch.compile made measurable: a cold compile per instance, the first steps of a new process (``first_steps``
+starts ``python -m helpers.compiling first-steps``), graph breaks, own time per operator, the kernels Inductor
+generated, and the step count after which compiling pays back. Importing it changes nothing.
 """
 
 from __future__ import annotations
@@ -10,7 +9,6 @@ import collections
 import contextlib
 import hashlib
 import io
-import math
 import os
 import re
 import subprocess
@@ -20,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
+from unittest import mock
 
 import torch
 from torch import nn
@@ -29,28 +28,21 @@ from .seeds import set_seed
 from .step import train_step
 from .tables import Table
 
-MODES: tuple[str, ...] = ("default", "reduce-overhead", "max-autotune")
-
 
 @contextlib.contextmanager
 def cold_compile() -> Iterator[str]:
     """Inside the block ``torch.compile`` starts from nothing, as in a new process: compiled code and in-memory
-    caches dropped, ``TORCHINDUCTOR_CACHE_DIR``/``TRITON_CACHE_DIR`` a new empty folder (yielded, removed after)."""
+    caches dropped, ``TORCHINDUCTOR_CACHE_DIR``/``TRITON_CACHE_DIR`` a new empty folder (yielded, removed after);
+    the environment is restored on the way out."""
     from torch._inductor.utils import clear_caches
 
     torch.compiler.reset()
     clear_caches()
-    saved = {k: os.environ.get(k) for k in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR")}
-    with tempfile.TemporaryDirectory(prefix="inductor-cold-") as cache:
-        os.environ.update(TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton"))
+    with tempfile.TemporaryDirectory(prefix="inductor-cold-") as cache, mock.patch.dict(
+            os.environ, TORCHINDUCTOR_CACHE_DIR=cache, TRITON_CACHE_DIR=os.path.join(cache, "triton")):
         try:
             yield cache
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
             torch.compiler.reset()
             clear_caches()
 
@@ -91,22 +83,20 @@ FIRST_STEPS = ("first step s", "later step s", "first at last batch s", "later a
                "full batch after recompile s", "compile s", "recompile s")
 
 
-def first_steps(mode: str, *, model: str = "book_cnn", device: torch.device | str = "cpu", batch: int = 64,
-                last: int = 32, channels: int = 1, size: int = 28, cache: str | None = None, fresh: bool = True,
-                timeout: float = 1800) -> dict[str, float]:
-    """The seconds named in ``FIRST_STEPS`` of a new process compiling ``model`` ("book_cnn" or torchvision's) with
-    ``mode`` ("eager": none): first and best later steps at ``batch`` and at ``last`` (a recompile), then full ones.
+def first_steps(mode: str, *, device: torch.device | str = "cpu", batch: int = 64, last: int = 32,
+                cache: str | None = None, fresh: bool = True) -> dict[str, float]:
+    """The seconds named in ``FIRST_STEPS`` of a new process compiling the FashionMNIST book CNN with ``mode``
+    ("eager": none): first and best later steps at ``batch`` and at ``last`` (a recompile), then full ones.
     ``cache``: Inductor's folder (None: new and empty; ``fresh=False``: this environment's)."""
-    with contextlib.ExitStack() as stack:
-        env = dict(os.environ)
+    env = dict(os.environ)
+    with tempfile.TemporaryDirectory(prefix="inductor-first-") as scratch:
         if cache or fresh:
-            folder = cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="inductor-first-"))
+            folder = cache or scratch
             env.update(TORCHINDUCTOR_CACHE_DIR=folder, TRITON_CACHE_DIR=os.path.join(folder, "triton"))
-        argv = [sys.executable, "-m", "helpers.compiling", "first-steps", mode, model, str(device),
-                *map(str, (batch, last, channels, size))]
-        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout)
+        argv = [sys.executable, "-m", "helpers.compiling", "first-steps", mode, str(device), str(batch), str(last)]
+        proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=1800)
     if proc.returncode != 0:
-        raise RuntimeError(f"first_steps({mode!r}, {model!r}) failed:\n{proc.stderr[-2000:]}")
+        raise RuntimeError(f"first_steps({mode!r}) failed:\n{proc.stderr[-2000:]}")
     first, later, first_last, later_last, after = (float(v) for v in proc.stdout.split()[-5:])
     return dict(zip(FIRST_STEPS, (first, later, first_last, later_last, after, max(0.0, first - later),
                                   max(0.0, first_last - later_last))))
@@ -115,17 +105,15 @@ def first_steps(mode: str, *, model: str = "book_cnn", device: torch.device | st
 def _first_steps_main(args: Sequence[str]) -> list[float]:
     from . import models
 
-    mode, name, device = args[0], args[1], torch.device(args[2])
-    batch, last, channels, size = map(int, args[3:7])
+    mode, device, batch, last = args[0], torch.device(args[1]), int(args[2]), int(args[3])
     set_seed(0)
-    model = (models.book_cnn("fashionmnist") if name == "book_cnn"
-             else models.torchvision_model(name, num_classes=10)).to(device)
+    model = models.book_cnn("fashionmnist").to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     if mode != "eager":
         model = torch.compile(model, mode=mode)
 
     def seconds(n: int) -> float:
-        x, y = torch.randn(n, channels, size, size, device=device), torch.randint(0, 10, (n,), device=device)
+        x, y = torch.randn(n, 1, 28, 28, device=device), torch.randint(0, 10, (n,), device=device)
         devices.synchronize(device)
         start = time.perf_counter()
         optimizer.zero_grad(set_to_none=True)
@@ -138,27 +126,18 @@ def _first_steps_main(args: Sequence[str]) -> list[float]:
             min(seconds(last) for _ in range(3)), min(seconds(batch) for _ in range(3))]
 
 
-def list_backends() -> list[str]:
-    """Backends torch.compile knows here (``torch.compiler.list_backends()``)."""
-    return list(torch.compiler.list_backends())
-
-
 def new_training_step(build_model: Callable[[], nn.Module], inputs: torch.Tensor, targets: torch.Tensor, *,
                       backend: str | None = "inductor", mode: str | None = None,
-                      options: dict[str, Any] | None = None, device: torch.device | str = "cpu", seed: int = 0,
-                      lr: float = 1e-3) -> Callable[[], torch.Tensor]:
-    """A fresh seeded model and Adam, compiled with ``backend`` (None: eager), ``mode`` and Inductor ``options``:
-    ``step()`` runs one training step on ``inputs``/``targets`` and returns the loss (compiles on the first call)."""
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"Unknown compile mode {mode!r}; choose one of {', '.join(MODES)}.")
-    set_seed(seed)
+                      device: torch.device | str = "cpu") -> Callable[[], torch.Tensor]:
+    """A fresh model (seed 0) and Adam, compiled with ``backend`` (None: eager) and ``mode``: ``step()`` runs one
+    training step on ``inputs``/``targets`` and returns the loss (compiles on the first call)."""
+    set_seed(0)
     device = torch.device(device)
     model = build_model().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     x, y = inputs.to(device), targets.to(device)
     if backend is not None:
-        model = torch.compile(model, backend=backend, mode=None if mode in (None, "default") else mode,
-                              options=options)
+        model = torch.compile(model, backend=backend, mode=mode)
 
     def step() -> torch.Tensor:
         return train_step(model, optimizer, nn.functional.cross_entropy, x, y, device_type=device.type).detach()
@@ -193,10 +172,7 @@ def graph_breaks(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
     torch.compiler.reset()
     out = torch._dynamo.explain(fn)(*args)  # the documented tool; torch.compiler has no public twin
     torch.compiler.reset()
-    reasons = []
-    for r in out.break_reasons:
-        text = str(getattr(r, "reason", r)).strip().splitlines()
-        reasons.append(text[0] if text else "")
+    reasons = [(str(getattr(r, "reason", r)).strip().splitlines() or [""])[0] for r in out.break_reasons]
     return {"graphs": out.graph_count, "breaks": out.graph_break_count, "reasons": reasons,
             "ops_per_graph": [len(ops) for ops in out.ops_per_graph]}
 
@@ -210,10 +186,8 @@ def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: flo
     if saved_s_per_step <= 0:
         return None
     first = compile_s / saved_s_per_step
-    both = (compile_s + recompile_s) / saved_s_per_step
-    if recompile_at is None or recompile_s == 0:
-        return first
-    return first if both < recompile_at else both
+    both = (compile_s + recompile_s) / saved_s_per_step  # ahead by the recompile: the first crossing holds
+    return first if recompile_at is None or both < recompile_at else both
 
 
 def payback_text(verdict: Any, eager_step_s: float, compile_s: float, recompile_s: float,
@@ -225,16 +199,8 @@ def payback_text(verdict: Any, eager_step_s: float, compile_s: float, recompile_
     n = payback_steps(compile_s, saved, recompile_s=recompile_s, recompile_at=steps_per_epoch)
     if n is None:
         return None
-    return f"after about {significant(n):,.0f} steps ({significant(n / steps_per_epoch):g} epochs)"
-
-
-def significant(x: float, digits: int = 2) -> float:
-    """``x`` rounded to ``digits`` significant digits (1234 -> 1200.0 with 2)."""
-    if digits < 1:
-        raise ValueError("digits must be >= 1")
-    if x == 0 or not math.isfinite(x):
-        return float(x)
-    return float(round(x, digits - 1 - int(math.floor(math.log10(abs(x))))))
+    steps, epochs = (float(f"{v:.2g}") for v in (n, n / steps_per_epoch))  # two significant digits
+    return f"after about {steps:,.0f} steps ({epochs:g} epochs)"
 
 
 _CALL = re.compile(r"\b(extern_kernels\.\w+|torch\.ops\.aten\.\w+)(?:\.default)?\(")
@@ -275,9 +241,9 @@ def self_ms_per_step(prof: "torch.profiler.profile", steps: int) -> dict[str, fl
             if not e.key.startswith("ProfilerStep")}
 
 
-if __name__ == "__main__":  # python -m helpers.compiling first-steps MODE MODEL DEVICE BATCH LAST CHANNELS SIZE
-    if len(sys.argv) != 9 or sys.argv[1] != "first-steps":
-        sys.exit("usage: python -m helpers.compiling first-steps MODE MODEL DEVICE BATCH LAST CHANNELS SIZE")
+if __name__ == "__main__":  # python -m helpers.compiling first-steps MODE DEVICE BATCH LAST
+    if len(sys.argv) != 6 or sys.argv[1] != "first-steps":
+        sys.exit("usage: python -m helpers.compiling first-steps MODE DEVICE BATCH LAST")
     import logging
 
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)  # "No CUDA runtime is found"

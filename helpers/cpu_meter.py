@@ -1,11 +1,10 @@
-"""Who else used the CPU while we measured: ``CpuMeter`` compares the machine's CPU time (``psutil.cpu_times``,
-steal included) with this process tree's own over an interval; ``helpers.measure.interleaved`` re-runs a round
-whose others took more than ``LIMIT`` cores (docs/measurement.md)."""
+"""Who else used the CPU while we measured: ``CpuMeter`` compares the machine's CPU time (steal included) with this
+process tree's own; ``helpers.measure.interleaved`` re-runs a round whose others took over ``LIMIT`` cores."""
 
 from __future__ import annotations
 
-import os
 import time
+from contextlib import suppress
 from dataclasses import dataclass
 
 import psutil
@@ -37,24 +36,21 @@ def machine_cpu_seconds() -> tuple[float, float]:
     return busy, getattr(t, "steal", 0.0)
 
 
-def own_cpu_seconds(pid: int | None = None) -> float:
-    """CPU seconds of process ``pid`` (default: this one), the children it waited for and its live descendants."""
-    proc = psutil.Process(pid or os.getpid())
+def own_cpu_seconds() -> float:
+    """CPU seconds of this process, the children it waited for and its live descendants."""
+    proc = psutil.Process()
     total = 0.0
     for p in [proc, *proc.children(recursive=True)]:
-        try:
+        with suppress(psutil.Error):  # ended between the listing and the reading
             t = p.cpu_times()
-        except psutil.Error:  # ended between the listing and the reading
-            continue
-        total += t.user + t.system + t.children_user + t.children_system
+            total += t.user + t.system + t.children_user + t.children_system
     return total
 
 
 class CpuMeter:
     """``start()`` then ``stop()`` -> the ``Interference`` of the interval between them."""
 
-    def __init__(self) -> None:
-        self._start: tuple[float, float, float, float] | None = None
+    _start: tuple[float, float, float, float] | None = None  # (wall, busy, steal, own) at start()
 
     def start(self) -> "CpuMeter":
         busy, steal = machine_cpu_seconds()

@@ -1,6 +1,5 @@
-"""Datasets and loaders: FashionMNIST and CIFAR-10, real (torchvision, checksummed, downloaded under a lock that
-DDP ranks share) or the deterministic synthetic ``StandInImages``; ``make_loader`` (shuffled per epoch, seeded,
-resumable mid-epoch), ``loading_pass`` (a round of loading alone) and the book's ``heavy_pipeline``."""
+"""FashionMNIST and CIFAR-10, real (torchvision, checksummed, downloaded under a lock ranks share) or the synthetic
+``StandInImages``; ``make_loader`` (seeded, resumable mid-epoch), ``loading_pass`` and the book's ``heavy_pipeline``."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
@@ -29,15 +28,17 @@ class DatasetSpec:
     train_len: int
     test_len: int
     classes: tuple[str, ...]
+    folder: str  # torchvision's folder of the real files
     standin_separation: float = 0.5  # how far apart the stand-in's class templates are
 
 
 SPECS: dict[str, DatasetSpec] = {
     "fashionmnist": DatasetSpec("fashionmnist", 1, 28, 60_000, 10_000, (
-        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")),
+        "T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot"),
+        "FashionMNIST"),
     "cifar10": DatasetSpec("cifar10", 3, 32, 50_000, 10_000, (
         "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
-        standin_separation=0.3),  # colour images carry more signal: closer templates keep it as hard
+        "cifar-10-batches-py", standin_separation=0.3),  # colour carries more signal: closer templates, as hard
 }
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -63,30 +64,22 @@ def spec(name: str) -> DatasetSpec:
 
 
 class StandInImages(Dataset):
-    """Deterministic synthetic images shaped like FashionMNIST or CIFAR-10: each a class's smooth random template,
-    shifted, scaled in contrast and noisy, learnable but not at once (the book's CNNs reach ~80% in two epochs).
-    Item ``i`` is the same on every machine; nothing is stored, so any length is cheap."""
+    """Deterministic synthetic images like FashionMNIST or CIFAR-10: a class's template, shifted, scaled and noisy."""
 
     is_standin = True
 
-    def __init__(self, name: str, train: bool = True, length: int | None = None,
-                 transform: Callable | None = None, seed: int = 0, noise: float = 0.45,
-                 separation: float | None = None, as_tensor: bool = False):
-        self.spec = spec(name)
-        self.as_tensor = as_tensor  # without a transform: a float tensor (as ToTensor gives) instead of a PIL image
-        self.train, self.transform, self.seed, self.noise = train, transform, seed, noise
+    def __init__(self, name: str, train: bool = True, length: int | None = None, transform: Callable | None = None):
+        self.spec, self.train, self.transform = spec(name), train, transform
         self.length = length if length is not None else (self.spec.train_len if train else self.spec.test_len)
         if self.length < 0:
             raise ValueError("length must be non-negative")
         self.classes = list(self.spec.classes)
-        rng = np.random.default_rng([seed, 12345])
-        coarse = rng.uniform(0.0, 1.0, size=(10, self.spec.channels, 7, 7))
+        coarse = np.random.default_rng([0, 12345]).uniform(0.0, 1.0, size=(10, self.spec.channels, 7, 7))
         reps = int(np.ceil(self.spec.size / 7))
         full = np.kron(coarse, np.ones((1, 1, reps, reps)))[:, :, : self.spec.size, : self.spec.size]
-        separation = self.spec.standin_separation if separation is None else separation
         mean = full.mean(axis=0, keepdims=True)
-        # Pull the class templates towards their mean: the smaller ``separation``, the harder.
-        self._templates = (mean + separation * (full - mean)).astype(np.float32)
+        # Pull the class templates towards their mean: the smaller the separation, the harder.
+        self._templates = (mean + self.spec.standin_separation * (full - mean)).astype(np.float32)
 
     def __len__(self) -> int:
         return self.length
@@ -102,21 +95,18 @@ class StandInImages(Dataset):
         """Item ``index`` as a uint8 array of shape (H, W) or (H, W, 3)."""
         if not 0 <= index < self.length:
             raise IndexError(f"index {index} out of range for {self.length} items")
-        rng = np.random.default_rng([self.seed, 1 if self.train else 2, index])
+        rng = np.random.default_rng([0, 1 if self.train else 2, index])
         label = self._label(index)
         dy, dx = rng.integers(-2, 3, size=2)
         img = np.roll(self._templates[label], (int(dy), int(dx)), axis=(1, 2))
-        img = img * rng.uniform(0.6, 1.0) + rng.normal(0.0, self.noise, size=img.shape)
+        img = img * rng.uniform(0.6, 1.0) + rng.normal(0.0, 0.45, size=img.shape)
         img = np.clip(img * 255.0, 0, 255).astype(np.uint8)
         return img[0] if self.spec.channels == 1 else np.transpose(img, (1, 2, 0))
 
     def __getitem__(self, index: int):
-        if self.transform is None and self.as_tensor:
+        if self.transform is None:  # a float tensor, as ToTensor makes it
             return array_to_tensor(self.array(index)), self._label(index)
-        img = Image.fromarray(self.array(index))
-        if self.transform is not None:
-            img = self.transform(img)
-        return img, self._label(index)
+        return self.transform(Image.fromarray(self.array(index))), self._label(index)
 
     def __repr__(self) -> str:
         split = "train" if self.train else "test"
@@ -139,11 +129,10 @@ def _torchvision_class(name: str):
 def load_dataset(name: str, train: bool = True, transform: Callable | None = None,
                  source: str | None = None, root: Path | str | None = None,
                  download: bool = True, standin_length: int | None = None) -> Dataset:
-    """The train or test split of ``name`` from ``source`` (default ``run_sizes.data_source()``); real files are
-    looked for under ``root`` (default ``data_root()``) and downloaded when missing, else DatasetUnavailableError."""
+    """A split of ``name`` from ``source`` (default ``COURSE_DATA``); real files in ``root``, downloaded if missing."""
     source = source or run_sizes.data_source()
-    if source == "standin":  # no transform: tensors as ToTensor makes them, without importing torchvision
-        return StandInImages(name, train=train, length=standin_length, transform=transform, as_tensor=True)
+    if source == "standin":
+        return StandInImages(name, train=train, length=standin_length, transform=transform)
     if source != "real":
         raise ValueError(f"Unknown data source {source!r}; use 'real' or 'standin'.")
     from torchvision import transforms
@@ -151,7 +140,7 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
     transform = transform if transform is not None else transforms.ToTensor()
     cls = _torchvision_class(name)
     root = Path(root) if root is not None else data_root()
-    with download_lock(root, _FOLDERS[spec(name).name]):
+    with download_lock(root, spec(name).folder):
         try:
             ds = cls(root=str(root), train=train, transform=transform, download=False)
         except RuntimeError:  # torchvision: "Dataset not found" or, for CIFAR-10, "... or corrupted"
@@ -162,35 +151,26 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
                 ds = cls(root=str(root), train=train, transform=transform, download=True)
             except Exception:  # network errors come in many types (URLError, RuntimeError, OSError)
                 raise DatasetUnavailableError(_missing_message(name, root)) from None
-    ds.is_standin = False
     return ds
-
-
-class DownloadLockTimeout(locks.Held):
-    """Another process held a dataset's download lock for longer than the timeout."""
 
 
 @contextlib.contextmanager
 def download_lock(root: Path | str, name: str = "dataset", *, timeout: float = 1800.0) -> Iterator[Path | None]:
-    """Hold ``root/.<name>.lock`` (``locks.hold``) for the block, so the ranks of one machine check and download in
-    turn; yields its path, or None where ``root`` is read-only. Past ``timeout`` s: DownloadLockTimeout."""
+    """Hold ``root/.<name>.lock`` (``locks.hold``): a machine's ranks download in turn; yields it (None: read-only)."""
     path = Path(root) / f".{name}.lock"
     stack = contextlib.ExitStack()
     try:
         held: Path | None = stack.enter_context(locks.hold(path, wait=timeout, what=f"the download lock {path}"))
-    except locks.Held as exc:
-        raise DownloadLockTimeout(f"{exc} (downloading {name}?)") from None
+    except locks.Held:
+        raise
     except OSError:  # read-only location: only reading happens there, no lock needed
         held = None
     with stack:
         yield held
 
 
-_FOLDERS = {"fashionmnist": "FashionMNIST", "cifar10": "cifar-10-batches-py"}
-
-
 def _missing_message(name: str, root: Path) -> str:
-    folder = root / _FOLDERS[spec(name).name]
+    folder = root / spec(name).folder
     if folder.is_dir() and any(folder.iterdir()):
         where = (f"The real {spec(name).name} files in {folder} failed torchvision's check "
                  "(incomplete, damaged, or not the original archive) and could not be downloaded again "
@@ -198,10 +178,8 @@ def _missing_message(name: str, root: Path) -> str:
     else:
         where = (f"The real {spec(name).name} dataset is not in {root} and could not be downloaded "
                  "(offline?). Either download it on a connected machine into that folder")
-    return (
-        f"{where} (or point COURSE_DATA_DIR at a copy), or run on the synthetic stand-in with "
-        "`COURSE_DATA=standin` (the `COURSE_PROFILE=smoke` default)."
-    )
+    return (f"{where} (or point COURSE_DATA_DIR at a copy), or run on the synthetic stand-in with "
+            "`COURSE_DATA=standin` (the `COURSE_PROFILE=smoke` default).")
 
 
 def is_standin(dataset: Dataset) -> bool:
@@ -217,14 +195,12 @@ def take(dataset: Dataset, n: int | None, seed: int = 0) -> Dataset:
         return dataset
     if n <= 0:
         raise ValueError("n must be positive")
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randperm(len(dataset), generator=g)[:n].tolist()
-    return Subset(dataset, idx)
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))
+    return Subset(dataset, order[:n].tolist())
 
 
 def heavy_pipeline(size: int = 224):
-    """The book's expensive training transform (Resize 255, CenterCrop 224, flip, rotation, blur, ToTensor, Normalize),
-    scaled to ``size`` (224: the book's exact chain)."""
+    """The book's expensive training transform (resize, crop, flip, rotate, blur, normalize), scaled to ``size``."""
     from torchvision import transforms
 
     return transforms.Compose([
@@ -239,8 +215,7 @@ def heavy_pipeline(size: int = 224):
 
 
 class EpochShuffleSampler(Sampler[int]):
-    """Shuffles with a generator seeded by (seed, epoch); ``set_epoch(epoch, start=k)`` skips the first ``k`` samples,
-    so an interrupted run resumes mid-epoch in the same order."""
+    """Shuffles by (seed, epoch); ``set_epoch(epoch, start=k)`` skips ``k`` samples, for a resume mid-epoch."""
 
     def __init__(self, length: int, seed: int = 0, shuffle: bool = True):
         self.length, self.seed, self.shuffle = length, seed, shuffle
@@ -262,33 +237,18 @@ class EpochShuffleSampler(Sampler[int]):
         return self.length - self.start
 
 
-def make_loader(dataset: Dataset, batch_size: int, *, train: bool, seed: int = 0,
-                num_workers: int = 0, pin_memory: bool = False,
-                persistent_workers: bool = False, prefetch_factor: int | None = None,
-                drop_last: bool = False) -> DataLoader:
-    """A DataLoader: shuffled per epoch (seeded) for training, in order for evaluation."""
-    if batch_size < 1:
-        raise ValueError("batch_size must be at least 1")
-    if num_workers < 0:
-        raise ValueError("num_workers must be >= 0")
-    if num_workers == 0 and (persistent_workers or prefetch_factor is not None):
-        raise ValueError("persistent_workers and prefetch_factor need num_workers > 0")
+def make_loader(dataset: Dataset, batch_size: int, *, train: bool, seed: int = 0, **options: Any) -> DataLoader:
+    """A DataLoader (``options``: num_workers, pin_memory, ...) shuffled per epoch (seeded) when ``train``."""
     sampler = EpochShuffleSampler(len(dataset), seed=seed, shuffle=train)
-    return DataLoader(
-        dataset, batch_size=batch_size, sampler=sampler, num_workers=num_workers,
-        pin_memory=pin_memory, persistent_workers=persistent_workers,
-        prefetch_factor=prefetch_factor, drop_last=drop_last,
-    )
+    return DataLoader(dataset, batch_size, sampler=sampler, **options)
 
 
 def loading_pass(dataset: Dataset, batch_size: int, **options) -> Callable[[], tuple[float, dict[str, float]]]:
-    """A round of "loading alone" for ``measure.interleaved``: one pass of a new ``make_loader(dataset, batch_size,
-    train=True, **options)``, as ``(seconds, {"images_per_s": ...})``."""
+    """A round of loading alone for ``measure.interleaved``: one pass of a new ``make_loader``, images per second."""
     def one_round() -> tuple[float, dict[str, float]]:
         loader = make_loader(dataset, batch_size, train=True, **options)
-        start, images = time.perf_counter(), 0
-        for inputs, *_ in loader:
-            images += len(inputs)
+        start = time.perf_counter()
+        images = sum(len(inputs) for inputs, *_ in loader)
         took = time.perf_counter() - start
         return took, {"images_per_s": images / took}
     return one_round

@@ -1,13 +1,11 @@
-"""One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple): ``get_device("auto")`` picks the
-best present (cuda, xpu, mps, cpu), ``synchronize`` waits for queued work before a clock is read, and the
-autocast questions every chapter asks of a device (``low_precision_dtype``, ``grad_scaler_supported``)."""
+"""One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple): ``get_device("auto")`` picks the best
+present, ``synchronize`` waits for queued work, and the autocast questions (``low_precision_dtype``, ...)."""
 
 from __future__ import annotations
 
 import torch
 
-KNOWN_DEVICES: tuple[str, ...] = ("cpu", "cuda", "xpu", "mps")
-_PREFERENCE: tuple[str, ...] = ("cuda", "xpu", "mps", "cpu")
+KINDS: tuple[str, ...] = ("cuda", "xpu", "mps", "cpu")  # best first
 
 
 class DeviceError(RuntimeError):
@@ -16,15 +14,13 @@ class DeviceError(RuntimeError):
 
 def is_available(kind: str) -> bool:
     """True when a device of this kind (cpu, cuda, xpu, mps) can be used here."""
-    if kind in ("xpu", "mps"):
-        module = getattr(torch, "xpu", None) if kind == "xpu" else getattr(torch.backends, "mps", None)
-        return module is not None and module.is_available()
-    return kind == "cpu" or (kind == "cuda" and torch.cuda.is_available())
+    modules = {"cuda": torch.cuda, "xpu": torch.xpu, "mps": torch.backends.mps}
+    return kind == "cpu" or (kind in modules and modules[kind].is_available())
 
 
 def available_devices() -> list[str]:
     """Kinds of device present on this machine, best first (cpu is always last)."""
-    return [kind for kind in _PREFERENCE if is_available(kind)]
+    return [kind for kind in KINDS if is_available(kind)]
 
 
 def cuda_missing_reason() -> str:
@@ -43,61 +39,43 @@ def get_device(name: str | None = "auto") -> torch.device:
     if name == "auto":
         return torch.device(available_devices()[0])
     kind = name.split(":", 1)[0]
-    if kind not in KNOWN_DEVICES:
-        raise DeviceError(
-            f"Unknown device {name!r}. Use 'auto' or one of {', '.join(KNOWN_DEVICES)} "
-            "(optionally with an index, e.g. 'cuda:1')."
-        )
+    if kind not in KINDS:
+        raise DeviceError(f"Unknown device {name!r}. Use 'auto' or one of {', '.join(KINDS)} "
+                          "(optionally with an index, e.g. 'cuda:1').")
     if not is_available(kind):
-        hints = {
-            "cuda": cuda_missing_reason(),
-            "xpu": "to use it, install PyTorch from the xpu wheel index and Intel's GPU driver (see chapter 12)",
-            "mps": "to use it, use an Apple-silicon Mac with a recent macOS",
-        }
-        raise DeviceError(
-            f"Device {name!r} is not available on this machine "
-            f"(present: {', '.join(available_devices())}): {hints[kind]}; or pick 'auto'."
-        )
+        hints = {"cuda": cuda_missing_reason(),
+                 "xpu": "to use it, install PyTorch from the xpu wheel index and Intel's GPU driver (see chapter 12)",
+                 "mps": "to use it, use an Apple-silicon Mac with a recent macOS"}
+        raise DeviceError(f"Device {name!r} is not available on this machine "
+                          f"(present: {', '.join(available_devices())}): {hints[kind]}; or pick 'auto'.")
     device = torch.device(name)
-    if device.index is not None:
-        count = {"cuda": torch.cuda.device_count, "xpu": lambda: torch.xpu.device_count()}.get(kind)
-        if count is not None and device.index >= count():
-            raise DeviceError(f"Device {name!r} does not exist: this machine has {count()} {kind} device(s).")
+    count = getattr(torch, kind).device_count() if kind in ("cuda", "xpu") and device.index is not None else None
+    if count is not None and device.index >= count:
+        raise DeviceError(f"Device {name!r} does not exist: this machine has {count} {kind} device(s).")
     return device
 
 
 def synchronize(device: torch.device | str) -> None:
     """Wait until all queued work on ``device`` has finished (no-op on the CPU)."""
     kind = torch.device(device).type
-    if kind == "cuda":
-        torch.cuda.synchronize(device)
-    elif kind == "xpu":
-        torch.xpu.synchronize(device)
+    if kind in ("cuda", "xpu"):
+        getattr(torch, kind).synchronize(device)
     elif kind == "mps":
         torch.mps.synchronize()
 
 
 def autocast_dtypes(device: torch.device | str) -> list[torch.dtype]:
-    """Low-precision dtypes ``torch.autocast`` accepts on this device (accepted, not fast: ``system.cpu_bf16_support``)."""
+    """Low-precision dtypes ``torch.autocast`` accepts on ``device`` (not: runs fast, ``system.cpu_bf16_support``)."""
     device = torch.device(device)
-    if device.type == "cpu":
-        return [torch.bfloat16, torch.float16]
     if device.type == "cuda":
-        dtypes = [torch.float16]
-        if torch.cuda.is_bf16_supported():
-            dtypes.append(torch.bfloat16)
-        return dtypes
+        return [torch.float16] + ([torch.bfloat16] if torch.cuda.is_bf16_supported() else [])
     if device.type == "xpu":
-        dtypes = [torch.bfloat16] if torch.xpu.is_bf16_supported() else []
-        return dtypes + [torch.float16]
-    if device.type == "mps":
-        return [torch.float16]
-    return []
+        return ([torch.bfloat16] if torch.xpu.is_bf16_supported() else []) + [torch.float16]
+    return {"cpu": [torch.bfloat16, torch.float16], "mps": [torch.float16]}.get(device.type, [])
 
 
 def low_precision_dtype(device: torch.device | str) -> torch.dtype:
-    """bfloat16 where ``device`` runs it (no ``GradScaler`` needed; on CUDA native only, 8.0 and newer; on any CPU,
-    emulated without AVX-512-BF16/AMX), else float16 (which needs one): the autocast dtype to train with."""
+    """The autocast dtype to train with: bfloat16 where ``device`` runs it (CUDA: natively, 8.0+), else float16."""
     device = torch.device(device)
     if device.type == "cuda":
         return torch.bfloat16 if torch.cuda.is_bf16_supported(including_emulation=False) else torch.float16
@@ -107,19 +85,14 @@ def low_precision_dtype(device: torch.device | str) -> torch.dtype:
 def grad_scaler_supported(device: torch.device | str) -> bool:
     """Whether ``torch.amp.GradScaler`` works on the device (it needs FP64 on xpu)."""
     device = torch.device(device)
-    if device.type == "cuda":
-        return True
     if device.type == "xpu":
-        props = torch.xpu.get_device_properties(device)
-        return bool(getattr(props, "has_fp64", False))
-    return device.type == "cpu"
+        return bool(getattr(torch.xpu.get_device_properties(device), "has_fp64", False))
+    return device.type in ("cuda", "cpu")
 
 
 def describe(device: torch.device | str) -> str:
     """Human-readable name of the device, e.g. 'cuda:0 (NVIDIA H100)' or 'cpu'."""
     device = torch.device(device)
-    if device.type == "cuda":
-        return f"{device} ({torch.cuda.get_device_name(device)})"
-    if device.type == "xpu":
-        return f"{device} ({torch.xpu.get_device_name(device)})"
+    if device.type in ("cuda", "xpu"):
+        return f"{device} ({getattr(torch, device.type).get_device_name(device)})"
     return str(device)

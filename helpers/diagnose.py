@@ -1,13 +1,10 @@
-"""Place one training step on this device's roofs: which of five regimes bounds it, and which lever attacks that.
-
-``diagnose_step`` counts each operator's FLOPs and bytes, times it with torch.profiler, sets it under the roof of its
-working set (``helpers.roofs``) and splits the step over ``REGIMES``; ``loader_wait`` and ``exposed_comm`` measure the
-other two. Also here: a step's FLOPs and phase times. docs/diagnosis.md explains the method.
-"""
+"""Place one training step on this device's roofs (``diagnose_step``): which of five regimes bounds it, which lever
+attacks that; also the input wait, exposed communication, a step's FLOPs and phase times. See docs/diagnosis.md."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import statistics
 import time
 from collections import Counter, defaultdict
@@ -17,12 +14,13 @@ from typing import Any, Callable, Iterable, Sequence
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import record_function
+from torch.utils._pytree import tree_leaves
 
 from . import devices, roofs as R, run_sizes
 from .cpu_meter import CpuMeter
 from .measure import Stats, time_fn
 from .profiling import profile_fn
-from .step import train_step
+from .step import PHASES, train_step
 from .tables import Table
 
 REGIMES: tuple[str, ...] = ("compute", "memory", "overhead", "input", "communication")
@@ -126,16 +124,11 @@ class Diagnosis:
 
 def _nbytes(value: Any) -> int:
     """Bytes of the tensors in ``value`` (nested lists, tuples, dicts)."""
-    if isinstance(value, torch.Tensor):
-        return value.numel() * value.element_size()
-    if isinstance(value, (list, tuple)):
-        return sum(_nbytes(v) for v in value)
-    return sum(_nbytes(v) for v in value.values()) if isinstance(value, dict) else 0
+    return sum(t.numel() * t.element_size() for t in tree_leaves(value) if isinstance(t, torch.Tensor))
 
 
 def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
-    """(operator, FLOPs, input bytes, output bytes) of every aten call of ``step``, as the dispatcher sees it
-    (through the semi-private TorchDispatchMode: docs/diagnosis.md says why)."""
+    """(operator, FLOPs, input bytes, output bytes) of every aten call of ``step`` (docs/diagnosis.md)."""
     from torch.utils._python_dispatch import TorchDispatchMode
     from torch.utils.flop_counter import FlopCounterMode  # imported when used: it takes a while
 
@@ -161,9 +154,7 @@ def count_calls(step: Callable[[], Any]) -> list[tuple[str, int, int, int]]:
 
 
 def kernel_times(prof: Any, dispatched: set[str], device_time: bool = False) -> tuple[dict, Counter, dict[str, str]]:
-    """Self seconds per operator in each profiled step (key: the start of its ``STEP`` mark; None: outside any), calls
-    per operator, and the kernel of each ``dispatched`` operator: the one below it with the most self time (on the
-    device, with ``device_time``). The kernel gets its operator's whole subtree (a convolution's inner copies)."""
+    """Self seconds per operator per profiled step (key: its ``STEP`` mark's start), calls, each operator's kernel."""
     spent: list[tuple[Any, str | None, str, float]] = []
     calls: Counter = Counter()
     for event in prof.events():
@@ -191,8 +182,7 @@ def diagnose_step(model: torch.nn.Module, inputs: Any, targets: torch.Tensor, lo
                   optimizer: torch.optim.Optimizer, *, device: torch.device | str = "cpu", input_wait_s: float = 0.0,
                   comm_s: float = 0.0, roofs: R.Roofs | None = None, steps: int | None = None,
                   autocast: torch.dtype | None = None) -> Diagnosis:
-    """Place one ``train_step`` (run a few times) on the roofs of ``device`` (``roofs=None``: measured once per
-    process) and split it; ``input_wait_s`` (``loader_wait``) and ``comm_s`` (``exposed_comm``): seconds beside it."""
+    """Place a few ``train_step`` runs on ``device``'s roofs and split them; ``input_wait_s``, ``comm_s``: beside."""
     device = torch.device(device)
     steps = steps or run_sizes.pick(smoke=3, workshop=10, full=20)
     roofs = roofs or R.cached_roofs(device, R.math_mode(device, autocast))
@@ -259,15 +249,12 @@ def _diagnosis(rows: list[OpCost], step_s: float, roofs: R.Roofs, caveats: Seque
 
 def loader_wait(loader: Iterable, step: Callable[[Any], Any] | None = None, batches: int = 10) -> float:
     """Median seconds the loop waits for each batch, with ``step(batch)`` run between fetches as in training."""
-    waits, batches_seen = [], iter(loader)
-    for _ in range(batches):
-        start = time.perf_counter()
-        batch = next(batches_seen, None)
-        if batch is None:
-            break
+    waits, start = [], time.perf_counter()
+    for batch in itertools.islice(loader, batches):
         waits.append(time.perf_counter() - start)
         if step is not None:
             step(batch)
+        start = time.perf_counter()
     if not waits:
         raise ValueError("the loader gave no batch")
     return statistics.median(waits)
@@ -276,8 +263,7 @@ def loader_wait(loader: Iterable, step: Callable[[Any], Any] | None = None, batc
 def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Callable,
                  optimizer: torch.optim.Optimizer, *, device: torch.device | str = "cpu",
                  steps: int | None = None) -> float:
-    """Seconds per step of communication a DDP step does not hide: its median minus the same step's under ``no_sync``
-    (steps alternate; every rank must call it)."""
+    """Seconds per DDP step of communication not hidden: the median step minus one under ``no_sync`` (every rank)."""
     device = torch.device(device)
     steps = steps or run_sizes.pick(smoke=4, workshop=10, full=20)
     timed: dict[bool, list[float]] = {True: [], False: []}
@@ -292,26 +278,18 @@ def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Ca
 
 def training_step_flops(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                         loss_fn: Callable) -> int:
-    """FLOPs of one forward + loss + backward (torch.utils.flop_counter; the update uncounted, gradients cleared)."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    counter = FlopCounterMode(display=False)
-    with counter:
-        loss_fn(model(inputs), targets).backward()
+    """FLOPs of one forward + loss + backward (``count_calls``; the update uncounted, gradients cleared)."""
+    calls = count_calls(lambda: loss_fn(model(inputs), targets).backward())
     model.zero_grad(set_to_none=True)
-    return int(counter.get_total_flops())
+    return int(sum(flops for _, flops, _, _ in calls))
 
 
 def phase_times(model: torch.nn.Module, inputs: torch.Tensor, targets: torch.Tensor,
                 loss_fn: Callable, optimizer: torch.optim.Optimizer, *, steps: int = 20,
                 warmup: int = 3, device: torch.device | str = "cpu") -> dict[str, Stats]:
-    """Time forward, loss, backward and update of ``train_step`` apart, synchronizing after each (zero_grad counts
-    with backward); the synchronizations cost a little speed: read shares, not the total."""
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
+    """Time forward, loss, backward (with zero_grad) and update of ``train_step`` apart, synchronizing after each."""
     model.train()
-    spans = {"forward": ("zero_grad", "forward"), "loss": ("forward", "loss"), "backward": ("loss", "backward"),
-             "update": ("backward", "update")}
+    spans = dict(zip(PHASES[1:], zip(PHASES, PHASES[1:])))  # forward: (zero_grad, forward), ...
     times: dict[str, list[float]] = {k: [] for k in spans}
     device = torch.device(device)
     for step in range(warmup + steps):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import itertools
 import json
 import os
 import signal
@@ -142,8 +141,7 @@ def rank_cpus(info: RankInfo, *, allowed: Sequence[int], core_groups: Sequence[S
 
 
 def threads_per_rank(ranks_here: int, topo: Any = None) -> int:
-    """Threads for each of ``ranks_here`` unpinned ranks: this process's physical cores (its affinity, SMT
-    siblings once; not ``os.cpu_count()``) divided evenly, at least 1."""
+    """Threads for each of ``ranks_here`` unpinned ranks: the physical cores of this process's affinity, shared."""
     from . import system
 
     if ranks_here < 1:
@@ -247,7 +245,7 @@ def init_process_group(backend: str, info: RankInfo, timeout: timedelta) -> None
         dist.init_process_group(backend, timeout=timeout)  # env://
         return
     store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), info.world_size,
-                          is_master=False, timeout=timeout)
+                          is_master=False, timeout=timeout)  # restarted ranks meet in a fresh namespace (torch 2.8)
     dist.init_process_group(backend, store=dist.PrefixStore(f"course/attempt-{restart}", store),
                             rank=info.rank, world_size=info.world_size, timeout=timeout)
 
@@ -256,11 +254,7 @@ def init_process_group(backend: str, info: RankInfo, timeout: timedelta) -> None
 
 def handshake(rank: int, device: Any, comm: Any) -> Any:
     """all_reduce(rank + 1) over the job: proves every rank joined (world 2 gives 3)."""
-    import torch
-
-    value = torch.tensor([float(rank + 1)], dtype=torch.float32, device=device)
-    comm.all_reduce(value)
-    return value
+    return sum_across_ranks([rank + 1], device, comm)
 
 
 def sum_across_ranks(values: Sequence[float], device: Any, comm: Any) -> Any:
@@ -294,8 +288,7 @@ def wait_for_all(device: Any, comm: Any) -> None:
 # ----- the training loop --------------------------------------------------------------------
 
 def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
-    """The learning rate of step ``step`` (0-based): linear from ``base_lr`` to ``peak_lr`` at ``warmup_steps``,
-    then constant (Goyal et al. 2017); ``warmup_steps <= 0``: no warm-up."""
+    """Step ``step``'s learning rate: linear from ``base_lr`` to ``peak_lr`` at ``warmup_steps``, then constant."""
     if step < 0:
         raise ValueError(f"step must be >= 0, got {step}")
     if warmup_steps <= 0 or step >= warmup_steps:
@@ -303,95 +296,59 @@ def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -
     return float(base_lr + (peak_lr - base_lr) * step / warmup_steps)
 
 
-def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, progress: dict[str, Any],
-              checkpoint: str | Path | None = None, checkpoint_every: int = 0, write: bool = True,
-              stop_after: int | None = None, lr_at: Callable[[int], float] | None = None) -> dict[str, Any]:
-    """Train the DDP-wrapped model, updating ``progress`` (``checkpoints.fresh_progress``/``restore``) in place;
-    ``write``: this rank writes the checkpoints (rank 0); ``lr_at(step)``: each step's learning rate, counted
-    over the whole run (a resumed run continues the schedule)."""
+def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, lr_at: Callable[[int], float],
+              progress: dict[str, Any] | None = None,
+              after_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Train the DDP-wrapped model from ``progress`` (``checkpoints.fresh_progress``/``restore``), ``lr_at(step)``
+    per step, calling ``after_epoch(progress)`` after each epoch; return ``progress``."""
     import torch
 
-    from . import devices
-    from .checkpoints import save_checkpoint, training_state
+    from . import checkpoints, devices
     from .step import train_step
-    from .training import StopTraining
 
     loss_fn = torch.nn.CrossEntropyLoss()
     non_blocking = device.type in ("cuda", "xpu")
-    calls = 0
-
-    def save(epoch: int, batch: int) -> None:
-        if checkpoint is not None and write:
-            save_checkpoint(checkpoint, training_state(ddp, optimizer, {**progress, "epoch": epoch, "batch": batch},
-                                                       device=device))
-
-    first = progress["epoch"]
-    for epoch in range(first, epochs):
-        ddp.train()
+    progress = progress or checkpoints.fresh_progress()
+    ddp.train()
+    for epoch in range(progress["epoch"], epochs):
         loader.sampler.set_epoch(epoch)  # a new shuffle each epoch, the same split on every rank
-        skip = progress["batch"] if epoch == first else 0
-        if not skip:
-            progress["loss_sum"] = 0.0
         running = torch.zeros((), device=device)
-        batch, waited = skip, 0.0
         devices.synchronize(device)
-        started = asked = time.perf_counter()
-        for inputs, targets in itertools.islice(iter(loader), skip, None):
-            waited += time.perf_counter() - asked
-            inputs = inputs.to(device, non_blocking=non_blocking)
-            targets = targets.to(device, non_blocking=non_blocking)
-            if lr_at is not None:
-                for group in optimizer.param_groups:
-                    group["lr"] = lr_at(progress["step"])
+        started = time.perf_counter()
+        for inputs, targets in loader:
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(progress["step"])
             # DDP all-reduces the gradients during the step's backward pass
-            loss = train_step(ddp, optimizer, loss_fn, inputs, targets, device_type=device.type)
+            loss = train_step(ddp, optimizer, loss_fn, inputs.to(device, non_blocking=non_blocking),
+                              targets.to(device, non_blocking=non_blocking), device_type=device.type)
             running += loss.detach().float()
-            batch += 1
             progress["step"] += 1
-            calls += 1
-            if checkpoint_every and progress["step"] % checkpoint_every == 0:
-                progress["loss_sum"] += float(running)
-                running.zero_()
-                save(epoch, batch)
-            if stop_after is not None and calls >= stop_after:
-                raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
-            asked = time.perf_counter()
         devices.synchronize(device)
-        progress["loss_sum"] += float(running)
         progress["epoch_times"].append(time.perf_counter() - started)
-        progress["data_wait"].append(waited)
-        progress["epoch_losses"].append(progress["loss_sum"] / max(1, batch))
-        progress["epoch"], progress["batch"] = epoch + 1, 0
-        save(epoch + 1, 0)
+        progress["epoch_losses"].append(float(running) / max(1, len(loader)))
+        progress["epoch"] = epoch + 1
+        if after_epoch is not None:
+            after_epoch(progress)
     return progress
 
 
 def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any, comm: Any) -> dict[str, Any]:
-    """Each rank scores its share of the test set; counts and per-image ``correct`` are summed over ranks."""
+    """Each rank scores its share of the test set; the per-image ``correct`` flags are summed over ranks."""
     import torch
     from torch.utils.data import DataLoader, Subset
 
     mine = range(info.rank, len(test_set), info.world_size)
-    hits = [0.0] * len(test_set)
-    correct = count = 0
-    loss = 0.0
+    right: list[bool] = []
     model.eval()
     with torch.no_grad():
-        at = 0
         for inputs, targets in DataLoader(Subset(test_set, mine), batch_size=512):
-            inputs, targets = inputs.to(device), targets.to(device)
-            out = model(inputs)
-            loss += float(torch.nn.functional.cross_entropy(out, targets, reduction="sum"))
-            right = (out.argmax(1) == targets).tolist()
-            for k, ok in enumerate(right):
-                hits[mine[at + k]] = float(ok)
-            at += len(right)
-            correct += sum(right)
-            count += len(targets)
+            right += (model(inputs.to(device)).argmax(1) == targets.to(device)).tolist()
     model.train()
-    c, n, total, *per_image = sum_across_ranks([correct, count, loss, *hits], device, comm).tolist()
-    return {"accuracy": 100.0 * c / max(1.0, n), "loss": total / max(1.0, n), "count": n,
-            "correct": [v > 0.5 for v in per_image]}
+    hits = [0.0] * len(test_set)
+    for index, ok in zip(mine, right):
+        hits[index] = float(ok)
+    correct = [v > 0.5 for v in sum_across_ranks(hits, device, comm).tolist()]
+    return {"accuracy": 100.0 * sum(correct) / max(1, len(correct)), "count": len(correct), "correct": correct}
 
 
 # ----- command line ---------------------------------------------------------------------------
@@ -425,22 +382,12 @@ def _parser() -> argparse.ArgumentParser:
             ("--train-size", int, None, None), ("--test-size", int, None, None), ("--device", str, "cpu", None),
             ("--threads", int, 0, "threads per rank (0: one per core of the rank)"),
             ("--nodes-per-host", int, 1, "simulated nodes sharing this machine (they split its cores)"),
-            ("--checkpoint", str, None, "checkpoint file (rank 0 writes, all ranks resume)"),
-            ("--checkpoint-every", int, 0, "also checkpoint every N steps"),
             ("--timeout", float, 300.0, "seconds a collective waits for a lost rank before the job fails"),
-            ("--seed", int, 0, None), ("--out", str, None, "rank 0 writes a JSON summary here"),
-            ("--save-weights", str, None, "rank 0 saves the final state_dict here"),
-            ("--crash-rank", int, None, argparse.SUPPRESS), ("--crash-at-step", int, None, argparse.SUPPRESS)):
+            ("--checkpoint", str, None, "checkpoint file: rank 0 writes it after each epoch, every rank resumes from it"),
+            ("--crash-rank", int, None, argparse.SUPPRESS),  # the restart test: this rank dies after epoch 1, once
+            ("--seed", int, 0, None), ("--out", str, None, "rank 0 writes a JSON summary here")):
         p.add_argument(flag, type=kind, default=default, help=words)
     return p
-
-
-def _per_rank_batch(args: argparse.Namespace, world: int) -> int:
-    if args.global_batch is None:
-        return args.batch_size
-    if args.global_batch % world:
-        raise DistributedSetupError(f"--global-batch {args.global_batch} does not split evenly over {world} ranks.")
-    return args.global_batch // world
 
 
 def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
@@ -448,14 +395,9 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
     import torch
     import torch.distributed as dist
 
-    from . import data, files, training
+    from . import data, files
 
     # Everything a user can get wrong is checked before the ranks wait for each other.
-    one_model = [o for o, v in (("--checkpoint", args.checkpoint), ("--save-weights", args.save_weights),
-                                ("--crash-at-step", args.crash_at_step)) if v is not None]
-    if args.seeds is not None and one_model:  # argparse already refuses an empty --seeds
-        raise DistributedSetupError(f"--seeds trains one model per seed, and {', '.join(one_model)} "
-                                    "holds one model: use --seed with it")
     device = training_device(args.device, info)
     backend = choose_backend(device.type, args.backend)
     cpus = pin_rank(info, args.threads or None, args.nodes_per_host) \
@@ -466,7 +408,12 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         torch.set_num_threads(threads_per_rank(info.local_world_size * max(1, args.nodes_per_host)))
     if args.warmup_epochs < 0:
         raise DistributedSetupError(f"--warmup-epochs must be >= 0, got {args.warmup_epochs}")
-    batch_size = _per_rank_batch(args, info.world_size)
+    if args.seeds is not None and args.checkpoint:  # argparse already refuses an empty --seeds
+        raise DistributedSetupError("--seeds trains one model per seed and --checkpoint holds one: use --seed with it")
+    if args.global_batch is not None and args.global_batch % info.world_size:
+        raise DistributedSetupError(f"--global-batch {args.global_batch} does not split evenly over "
+                                    f"{info.world_size} ranks.")
+    batch_size = args.batch_size if args.global_batch is None else args.global_batch // info.world_size
     train_set = data.take(data.load_dataset(args.dataset, train=True), args.train_size, seed=1)
     test_set = data.take(data.load_dataset(args.dataset, train=False), args.test_size, seed=2)
 
@@ -482,20 +429,13 @@ def run(args: argparse.Namespace, info: RankInfo) -> dict[str, Any] | None:
         print(f"rank {info.rank}/{info.world_size} (local {info.local_rank}, launcher {info.launcher}, backend "
               f"{backend}, device {device}, cpus {cpus or 'all'}, threads {torch.get_num_threads()}): "
               f"all_reduce(rank+1) = {demo.item():g}", flush=True)
-        if args.seeds is None:
-            summary = _train_one(args, args.seed, info, device, backend, cpus, batch_size, train_set, test_set)
-        else:
-            runs = [_train_one(args, seed, info, device, backend, cpus, batch_size, train_set, test_set)
-                    for seed in args.seeds]
-            summary = {"seeds": runs} if info.rank == 0 else None
+        runs = [_train_one(args, seed, info, device, backend, cpus, batch_size, train_set, test_set)
+                for seed in args.seeds or [args.seed]]
+        summary = runs[0] if args.seeds is None or info.rank != 0 else {"seeds": runs}
         if summary is not None and args.out:
             files.atomic_write_text(args.out, json.dumps(summary, indent=2))
         wait_for_all(device, dist)
         return summary
-    except training.StopTraining:
-        print(f"rank {info.rank}: simulated failure -- killing this process", flush=True)
-        os.kill(os.getpid(), signal.SIGKILL)
-        raise  # not reached
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
@@ -523,28 +463,33 @@ def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any,
     if args.checkpoint and Path(args.checkpoint).exists():
         progress = checkpoints.restore(args.checkpoint, model, optimizer, device=device)
     ddp = DistributedDataParallel(model, device_ids=[device.index] if device.type in ("cuda", "xpu") else None)
-    crash = args.crash_at_step if info.rank == args.crash_rank and \
-        os.environ.get("TORCHELASTIC_RESTART_COUNT", "0") == "0" else None
-    progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, progress=progress,
-                         checkpoint=args.checkpoint, checkpoint_every=args.checkpoint_every,
-                         write=info.rank == 0, stop_after=crash, lr_at=lr_at)
+
+    def after_epoch(done: dict[str, Any]) -> None:
+        if args.checkpoint:
+            if info.rank == 0:
+                checkpoints.save_checkpoint(args.checkpoint, checkpoints.training_state(ddp, optimizer, done,
+                                                                                        device=device))
+            wait_for_all(device, dist)  # the file is complete before any rank goes on (or dies)
+        if info.rank == args.crash_rank and done["epoch"] == 1 and os.environ.get("TORCHELASTIC_RESTART_COUNT") == "0":
+            print(f"rank {info.rank}: simulated failure after epoch 1 -- killing this process", flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    progress = train_ddp(ddp, loader, optimizer, epochs=args.epochs, device=device, lr_at=lr_at, progress=progress,
+                         after_epoch=after_epoch)
     prints = replica_fingerprints(model, device, dist)
     identical = all(torch.equal(p, prints[0]) for p in prints)
     ev = evaluate_on_all_ranks(model, test_set, info, device, dist)
     summary = None
     if info.rank == 0:
         summary = {"world_size": info.world_size, "launcher": info.launcher, "backend": backend, "device": str(device),
-                   "threads_per_rank": torch.get_num_threads(), "cpus": cpus, "batch_per_rank": batch_size,
-                   "global_batch": batch_size * info.world_size, "lr": lr, "base_lr": args.lr,
-                   "warmup_steps": warmup_steps, "epochs": args.epochs, "steps": progress["step"],
-                   **{k: progress[k] for k in ("epoch_times", "epoch_losses", "data_wait")},
-                   "time_s": sum(progress["epoch_times"]), "accuracy": ev["accuracy"], "test_count": ev["count"],
-                   "correct": ev["correct"], "replicas_identical": identical, "resumed_from": progress["resumed_from"],
-                   "standin": data.is_standin(train_set), "seed": seed}
-        if args.save_weights:
-            checkpoints.save_checkpoint(args.save_weights, {"model": model.state_dict()})
-        print(f"rank 0: {progress['step']} steps, {summary['time_s']:.2f} s, accuracy {ev['accuracy']:.2f}%, "
-              f"replicas identical: {identical}" + (f" (seed {seed})" if args.seeds else ""), flush=True)
+                   "threads_per_rank": torch.get_num_threads(), "cpus": cpus, "seed": seed, "lr": lr,
+                   "global_batch": batch_size * info.world_size, "warmup_steps": warmup_steps, "steps": progress["step"],
+                   **{k: progress[k] for k in ("epoch_times", "epoch_losses", "resumed_from")},
+                   "accuracy": ev["accuracy"], "test_count": ev["count"], "correct": ev["correct"],
+                   "replicas_identical": identical, "standin": data.is_standin(train_set)}
+        print(f"rank 0: {progress['step']} steps, {sum(progress['epoch_times']):.2f} s, accuracy "
+              f"{ev['accuracy']:.2f}%, replicas identical: {identical}" + (f" (seed {seed})" if args.seeds else ""),
+              flush=True)
     del ddp  # free the reducer while the group lives: its destructor could deadlock with gloo's thread (torch 2.8)
     gc.collect()
     wait_for_all(device, dist)
@@ -555,8 +500,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     """Exceptions that mean 'fix your input or setup', reported as one message, not a traceback."""
     from . import checkpoints, data, devices, run_sizes
 
-    return (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError,
-            checkpoints.CheckpointError, run_sizes.ProfileError)
+    return (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError, checkpoints.CheckpointError,
+            run_sizes.ProfileError)
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:

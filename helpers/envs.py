@@ -1,7 +1,5 @@
-"""Where the course's environments live: the cache folder and the IPEX environment, keyed by its pins.
-
-Standard library only: the system python3 runs it (through ``helpers.course.install``) before anything is
-installed. docs/environments.md explains the keys."""
+"""Where the course's environments live: the cache folder and the IPEX environment, keyed by its pins. Standard
+library only: the system python3 runs it (``helpers.course.install``) before anything is installed."""
 
 from __future__ import annotations
 
@@ -13,8 +11,7 @@ from pathlib import Path
 from typing import Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_CACHE = Path.home() / ".cache" / "accelerate-course"
-"""Where the course's environments live (the Makefile's ``CACHE``)."""
+DEFAULT_CACHE = Path.home() / ".cache" / "accelerate-course"  # the Makefile's CACHE
 
 
 def python_tag(version: Sequence[int] | None = None) -> str:
@@ -30,8 +27,6 @@ def pins_key(pins: Sequence[str]) -> str:
 
 def ipex_venv(cache: Path | str | None = None, pyproject: Path | str = ROOT / "pyproject.toml",
               version: Sequence[int] | None = None) -> Path:
-    """The IPEX environment's folder: ``<cache>/venv-ipex-py3.X-<key of its pins>`` (default: this Python's 3.X).
-
-    The pins are ``[tool.course.ipex-environment] dependencies``; a KeyError when pyproject has none."""
+    """``<cache>/venv-ipex-py3.X-<key of [tool.course.ipex-environment] dependencies>``; KeyError without them."""
     pins = tomllib.loads(Path(pyproject).read_text())["tool"]["course"]["ipex-environment"]["dependencies"]
     return Path(cache or DEFAULT_CACHE) / f"venv-ipex-{python_tag(version)}-{pins_key(pins)}"

@@ -19,8 +19,7 @@ def atomic_write(path: Path | str, write: Callable[[IO[bytes]], None]) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        tmp.unlink(missing_ok=True)
     return path
 
 

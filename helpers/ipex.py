@@ -1,8 +1,7 @@
 """Guarded access to the retired Intel Extension for PyTorch (IPEX), and chapter 04's IPEX-vs-stock variants.
 
-IPEX lives in an environment of its own (``make setup-ipex``); ``status`` and ``environment`` read versions without
-importing it. ``python -m helpers.ipex --serve VARIANT`` is one variant's child process (``processes.worker_main``),
-so only IPEX variants' processes import it. docs/environments.md says why.
+IPEX lives in an environment of its own (``make setup-ipex``); ``python -m helpers.ipex --serve VARIANT`` serves one
+variant in a process of its own, so only IPEX variants import it (docs/environments.md says why).
 """
 
 from __future__ import annotations
@@ -45,24 +44,11 @@ IPEX_PYTHON_ENV = "COURSE_IPEX_PYTHON"  # the Makefile names the IPEX environmen
 
 
 class IPEXUnavailable(RuntimeError):
-    """IPEX is missing, incompatible with this torch, or the CPU lacks a needed feature."""
+    """IPEX is missing or incompatible with this torch."""
 
 
-def status() -> dict[str, object]:
-    """Installed IPEX version, torch version and whether the two fit (no import of IPEX)."""
-    try:
-        version = metadata.version("intel-extension-for-pytorch")
-    except metadata.PackageNotFoundError:
-        return {"installed": None, "torch": torch.__version__, "compatible": False,
-                "message": f"IPEX is not installed in this environment; it lives in the IPEX environment ({SETUP_COMMAND})."}
-    ipex_mm = version.split("+")[0].split(".")[:2]
-    torch_mm = torch.__version__.split("+")[0].split(".")[:2]
-    ok = ipex_mm == torch_mm
-    message = "ok" if ok else (
-        f"IPEX {version} needs torch {'.'.join(ipex_mm)}.* but torch {torch.__version__} is installed; "
-        f"importing it would end this Python process. Use the IPEX environment ({SETUP_COMMAND}: torch 2.8.0)."
-    )
-    return {"installed": version, "torch": torch.__version__, "compatible": ok, "message": message}
+def _minor(version: str) -> list[str]:
+    return version.split("+")[0].split(".")[:2]
 
 
 def ipex_python() -> str | None:
@@ -91,33 +77,39 @@ def environment(python: str | None = None) -> dict[str, Any]:
     """The IPEX environment's versions, from package metadata in its own Python: ``{"python", "ok", "torch",
     "torchvision", "ipex", "message"}`` (``message`` says what to do when not ``ok``)."""
     python = python or ipex_python()
+    out = {"python": python, "ok": False, "torch": None, "torchvision": None, "ipex": None}
     if python is None:
-        return {"python": None, "ok": False, "torch": None, "torchvision": None, "ipex": None,
-                "message": f"the IPEX environment is not installed: {SETUP_COMMAND} (Linux x86-64, about 2 minutes)"}
+        message = f"the IPEX environment is not installed: {SETUP_COMMAND} (Linux x86-64, about 2 minutes)"
+        return {**out, "message": message}
     try:
         proc = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=120)
         found = json.loads(proc.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError):
-        return {"python": python, "ok": False, "torch": None, "torchvision": None, "ipex": None,
-                "message": f"{python} does not answer; rebuild the IPEX environment: {SETUP_COMMAND}"}
-    ok = bool(found.get("ipex") and found.get("torch") and
-              found["ipex"].split("+")[0].split(".")[:2] == found["torch"].split("+")[0].split(".")[:2]
-              and found.get("helpers"))
-    message = "ok" if ok else (f"the IPEX environment at {python} is incomplete (torch {found.get('torch')}, IPEX "
-                               f"{found.get('ipex')}, course package {found.get('helpers')}): {SETUP_COMMAND}")
+        return {**out, "message": f"{python} does not answer; rebuild the IPEX environment: {SETUP_COMMAND}"}
+    out.update(torch=found.get("torch"), torchvision=found.get("torchvision"), ipex=found.get("ipex"))
     here = Path(__file__).resolve().parent
-    if ok and (not found.get("helpers_at") or Path(found["helpers_at"]).resolve().parent != here):
-        ok, message = False, (f"the IPEX environment's course package is {found.get('helpers_at') or 'not importable'}, "
-                              f"not this clone's {here}: {SETUP_COMMAND} (it re-links it in seconds)")
-    return {"python": python, "ok": ok, "torch": found.get("torch"), "torchvision": found.get("torchvision"),
-            "ipex": found.get("ipex"), "message": message}
+    if not (out["ipex"] and out["torch"] and found.get("helpers") and _minor(out["ipex"]) == _minor(out["torch"])):
+        return {**out, "message": f"the IPEX environment at {python} is incomplete (torch {out['torch']}, IPEX "
+                                  f"{out['ipex']}, course package {found.get('helpers')}): {SETUP_COMMAND}"}
+    if not found.get("helpers_at") or Path(found["helpers_at"]).resolve().parent != here:
+        at = found.get("helpers_at") or "not importable"
+        return {**out, "message": f"the IPEX environment's course package is {at}, not this clone's {here}: "
+                                  f"{SETUP_COMMAND} (it re-links it in seconds)"}
+    return {**out, "ok": True, "message": "ok"}
 
 
 def load() -> ModuleType:
-    """Import IPEX after checking compatibility; raises IPEXUnavailable with what to do."""
-    st = status()
-    if not st["compatible"]:
-        raise IPEXUnavailable(str(st["message"]))
+    """Import IPEX once package metadata says it fits this torch (a mismatched import would end this Python process);
+    else IPEXUnavailable says what to do."""
+    try:
+        version = metadata.version("intel-extension-for-pytorch")
+    except metadata.PackageNotFoundError:
+        raise IPEXUnavailable("IPEX is not installed in this environment; it lives in the IPEX environment "
+                              f"({SETUP_COMMAND}).") from None
+    if _minor(version) != _minor(torch.__version__):
+        raise IPEXUnavailable(f"IPEX {version} needs torch {'.'.join(_minor(version))}.* but torch {torch.__version__} "
+                              f"is installed; importing it would end this Python process. Use the IPEX environment "
+                              f"({SETUP_COMMAND}: torch 2.8.0).")
     # quiet its deprecation notice per optimize() and, on CUDA builds without a GPU, "No CUDA runtime"
     logging.getLogger("IPEX").setLevel(logging.ERROR)
     logging.getLogger("torch.utils.cpp_extension").setLevel(logging.ERROR)
@@ -132,28 +124,13 @@ def bf16_prepack_supported() -> bool:
     return bool(system.cpu_bf16_support()["ipex_bf16_prepack"])
 
 
-def optimize(model: torch.nn.Module, optimizer: torch.optim.Optimizer, dtype: torch.dtype | None = None,
-             **kwargs: object) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
-    """``ipex.optimize`` for training (the model in train mode): the model and optimizer to use; bf16 checks the CPU."""
-    if dtype == torch.bfloat16 and not bf16_prepack_supported():
-        raise IPEXUnavailable(
-            "IPEX bf16 training prepacks weights with AVX-512 (BW/VL/DQ) or AVX-NE-CONVERT instructions; "
-            "this CPU has neither (AVX2 only). Use fp32 with IPEX, or torch.autocast('cpu', dtype=torch.bfloat16) "
-            "(runs everywhere, fast only with AVX512-BF16/AMX)."
-        )
-    if not model.training:
-        raise ValueError("call model.train() before optimizing for training (IPEX asserts it)")
-    ipex = load()
-    return ipex.optimize(model, optimizer=optimizer, dtype=dtype, **kwargs)
-
-
 @dataclass(frozen=True)
 class Variant:
     """What one variant changes on top of stock fp32 eager training."""
 
     channels_last: bool = False   # model and inputs in channels-last memory format
-    bf16: bool = False            # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16)
-    ipex: bool = False            # model and optimizer through ipex.optimize (IPEX imported in its process)
+    bf16: bool = False            # forward and loss under torch.autocast("cpu", dtype=torch.bfloat16), never with ipex
+    ipex: bool = False            # model and optimizer through ipex.optimize in fp32 (IPEX imported in its process)
     compile: str | None = None    # a torch.compile backend ("inductor", "ipex"), None = eager
     fused: bool = False           # torch.optim.Adam(..., fused=True): one kernel updates every parameter
 
@@ -178,24 +155,21 @@ def variant(name: str) -> Variant:
     return VARIANTS[name]
 
 
-def prepare(name: str, model: torch.nn.Module, optimizer: torch.optim.Optimizer
+def prepare(name: str, dataset: str = "cifar10", lr: float = 1e-3, seed: int = 0
             ) -> tuple[torch.nn.Module, torch.optim.Optimizer, torch.dtype | None, bool]:
-    """Apply variant ``name`` to a fresh model (train mode) and optimizer: ``(model, optimizer, autocast dtype or
-    None, channels_last inputs)``."""
+    """A fresh seeded book CNN (train mode) and Adam with variant ``name`` applied: ``(model, optimizer, autocast dtype
+    or None, channels_last inputs)``."""
     v = variant(name)
+    set_seed(seed)
+    model = models.book_cnn(dataset).train()
     if v.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    dtype = torch.bfloat16 if v.bf16 else None
+    optimizer = torch.optim.Adam(model.parameters(), lr=lr, **({"fused": True} if v.fused else {}))
     if v.ipex and v.compile is None:
-        model, optimizer = optimize(model, optimizer, dtype=dtype)
+        model, optimizer = load().optimize(model, optimizer=optimizer)
     elif v.ipex:
         load()  # registers the "ipex" backend of torch.compile
-    return model, optimizer, dtype, v.channels_last
-
-
-def make_optimizer(name: str, model: torch.nn.Module, lr: float = 1e-3) -> torch.optim.Optimizer:
-    """Adam for variant ``name``: ``fused=True`` where it asks for it, else PyTorch's default (per-parameter kernels)."""
-    return torch.optim.Adam(model.parameters(), lr=lr, **({"fused": True} if variant(name).fused else {}))
+    return model, optimizer, torch.bfloat16 if v.bf16 else None, v.channels_last
 
 
 def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -214,11 +188,8 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
     if not batches:
         raise ValueError("train_round needs at least one batch")
     v = variant(name)
-    set_seed(seed)
     started = time.perf_counter()
-    model = models.book_cnn(dataset).train()
-    optimizer = make_optimizer(name, model, lr)
-    model, optimizer, dtype, cl = prepare(name, model, optimizer)
+    model, optimizer, dtype, cl = prepare(name, dataset, lr, seed)
     step_model = model if v.compile is None else torch.compile(model, backend=v.compile)
     prepared = time.perf_counter()
     for i in range(warmup_steps):  # the first step of a compiled variant compiles it
@@ -249,10 +220,7 @@ def profile_ops(name: str, x: torch.Tensor, y: torch.Tensor, *, dataset: str = "
 
     from .profiling import quiet_kineto
 
-    set_seed(seed)
-    model = models.book_cnn(dataset).train()
-    optimizer = make_optimizer(name, model)
-    model, optimizer, dtype, cl = prepare(name, model, optimizer)
+    model, optimizer, dtype, cl = prepare(name, dataset, seed=seed)
     for _ in range(warmup):
         _step(model, optimizer, x, y, dtype, cl)
     with quiet_kineto(), profile(activities=[ProfilerActivity.CPU]) as prof:

@@ -1,7 +1,5 @@
 """What the chapters share, in one namespace: ``from helpers import lab``, then ``lab.interleaved``, ``lab.verdict``.
-Every name is re-exported from its core module (helpers/README.md is the map); ``start`` and ``record`` are lab's
-own. Nothing in helpers imports lab: child processes and rank scripts import the core modules (lab pulls in
-matplotlib)."""
+Every name is re-exported from its core module (helpers/README.md is the map); ``start`` and ``record``: lab's."""
 
 from __future__ import annotations
 
@@ -10,15 +8,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from . import results, run_sizes, system
-from .accuracy import Accuracies, above_chance, accuracy_of
-from .accuracy import compare as compare_accuracy
+from .accuracy import Accuracies, above_chance, accuracy_of, compare as compare_accuracy
 from .checkpoints import load_checkpoint
 from .data import (IMAGENET_MEAN, IMAGENET_STD, StandInImages, heavy_pipeline, is_standin, load_dataset,
-                   loading_pass, make_loader, take)
-from .data import spec as dataset_spec
-from .devices import available_devices, get_device, grad_scaler_supported, low_precision_dtype, synchronize
-from .devices import describe as describe_device
-from .devices import is_available as device_available
+                   loading_pass, make_loader, spec as dataset_spec, take)
+from .devices import (available_devices, describe as describe_device, get_device, grad_scaler_supported,
+                      is_available as device_available, low_precision_dtype, synchronize)
 from .diagnose import REGIME_LEVERS, diagnose_step, exposed_comm, loader_wait, phase_times, training_step_flops
 from .measure import (AA_PREFIX, DISTURBED, Result, Rounds, aa_name, aa_passes, interleaved, sample_long_enough,
                       time_fn, with_aa)
@@ -26,13 +21,10 @@ from .models import book_cnn, count_parameters, torchvision_model
 from .plots import round_ratios, speedup_bars
 from .processes import Children, Job
 from .profiling import profile_fn
-from .published import load as load_published
-from .published import select as select_published
-from .published import value as published_value
+from .published import load as load_published, select as select_published, value as published_value
 from .results import ROWS_FILE, append_rows, results_dir
 from .roofs import cached_roofs, measure_roofs
 from .run_sizes import current_profile, data_source, optional_parts, pick
-from .run_sizes import describe as run_size_line
 from .seeds import set_seed
 from .step import train_step
 from .system import LogicalCPU, Topology, cpu_bf16_support, env_report, topology
@@ -43,7 +35,7 @@ from .verdict import MIN_ROUNDS, ROUNDS, detectable, log_noise, verdict
 
 __all__ = [
     # run sizes, seeds, the machine
-    "pick", "current_profile", "data_source", "optional_parts", "run_size_line", "set_seed", "env_report",
+    "pick", "current_profile", "data_source", "optional_parts", "set_seed", "env_report",
     "topology", "Topology", "LogicalCPU", "cpu_bf16_support",
     # devices, data, models, training
     "get_device", "available_devices", "device_available", "describe_device", "synchronize", "low_precision_dtype",
@@ -73,10 +65,7 @@ def start() -> float:
 
 def record(measured: Rounds | Iterable[Result] | Mapping[str, Sequence[float]], chapter: str, experiment: str,
            **options: Any) -> Path:
-    """Append a comparison's rows to results/rows.jsonl (``results.append_rows``) and return the file.
-
-    ``measured``: the Rounds of ``interleaved`` (every arm), Results, or variant -> values (then ``metric=`` and
-    ``unit=`` are required); ``options`` go to ``results.rows_from_results`` (values: ``results.make_rows``)."""
+    """Append a comparison's rows (Rounds, Results, or variant -> values with ``metric=``, ``unit=``) to rows.jsonl."""
     if isinstance(measured, Rounds):
         measured = [measured.result(name) for name in measured.names]
     if isinstance(measured, Mapping):

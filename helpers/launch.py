@@ -8,7 +8,6 @@ course's protocol.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import json
 import os
 import re
@@ -17,7 +16,7 @@ import socket
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
@@ -28,7 +27,8 @@ if TYPE_CHECKING:
     from .measure import Result
 
 ENTRY = ["-m", "helpers.distributed"]
-_ERROR_LINE = re.compile(r"^error: (.+)$", re.M)
+_ERROR_LINE = re.compile(r"^error: (.+)$", re.M)  # the entry point's own message, printed once by rank 0
+_JOIN_FAILED = ("could not join the job", "connectFullMesh failed")  # the ranks could not connect
 
 
 def free_port() -> int:
@@ -39,8 +39,7 @@ def free_port() -> int:
 
 
 def check_ranks(ranks_per_node: int, device: str = "cpu", nodes_per_host: int = 1) -> None:
-    """Refuse more pinned CPU ranks on this machine than it has physical cores (``nodes_per_host``: simulated
-    nodes sharing it, chapter 11; their ranks add up)."""
+    """Refuse more pinned CPU ranks here than physical cores (ranks of ``nodes_per_host`` simulated nodes add up)."""
     from . import system
 
     if ranks_per_node < 1 or nodes_per_host < 1:
@@ -65,32 +64,12 @@ def _entry_option(args: Sequence[str], name: str, default: str) -> str:
     return default
 
 
-def _check_entry_args(nproc: int, args: Sequence[str]) -> None:
-    if "--no-pin" in args:
-        return
-    device = _entry_option(args, "--device", "cpu")
-    check_ranks(nproc, device, int(_entry_option(args, "--nodes-per-host", "1")))
-
-
-def torchrun_command(nproc: int, args: Sequence[str], *, nnodes: int | str = 1, node_rank: int = 0,
-                     master_addr: str = "127.0.0.1", master_port: int | None = None,
-                     max_restarts: int = 0, monitor_interval: float = 0.5, check: bool = True,
-                     rdzv_endpoint: str | None = None, rdzv_id: str | None = None) -> list[str]:
-    """One machine's torchrun line: a static rendezvous at ``master_addr:master_port``, or with ``rdzv_endpoint``
-    an elastic c10d one named ``rdzv_id`` (``nnodes`` may be "1:4"). ``check``: refuse more pinned CPU ranks
-    than cores here (``check_ranks``)."""
-    if check:
-        _check_entry_args(nproc, args)
-    head = [sys.executable, "-m", "torch.distributed.run", f"--nnodes={nnodes}", f"--nproc-per-node={nproc}"]
-    if rdzv_endpoint is not None:
-        if not rdzv_id:
-            raise DistributedSetupError("an elastic (c10d) rendezvous needs rdzv_id: a name for the job that every "
-                                        "node passes, e.g. rdzv_id='course-job-42'")
-        where = ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}", f"--rdzv-id={rdzv_id}"]
-    else:
-        where = [f"--node-rank={node_rank}", f"--master-addr={master_addr}",
-                 f"--master-port={master_port or free_port()}"]
-    return [*head, *where, f"--max-restarts={max_restarts}", f"--monitor-interval={monitor_interval}", *ENTRY, *args]
+def torchrun_command(nproc: int, args: Sequence[str]) -> list[str]:
+    """This machine's torchrun line for ``nproc`` ranks of the entry point; refuses more pinned CPU ranks than cores."""
+    if "--no-pin" not in args:
+        check_ranks(nproc, _entry_option(args, "--device", "cpu"), int(_entry_option(args, "--nodes-per-host", "1")))
+    return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
+            f"--master-port={free_port()}", "--monitor-interval=0.5", *ENTRY, *args]
 
 
 def first_host(hostfile: str | Path) -> str:
@@ -110,21 +89,7 @@ class JobResult:
     seconds: float
     output: str
     summary: dict[str, Any] | None
-    error: str | None = field(default=None)
-
-
-def first_error(output: str) -> str | None:
-    """The entry point's own ``error: ...`` message in a job's output (printed once by rank 0)."""
-    found = _ERROR_LINE.search(output)
-    return found.group(1).strip() if found else None
-
-
-_JOIN_FAILED = ("could not join the job", "connectFullMesh failed")
-
-
-def join_failed(job: JobResult) -> bool:
-    """True when the job failed because its ranks could not connect to each other."""
-    return job.returncode != 0 and any(s in job.output for s in _JOIN_FAILED)
+    error: str | None = None
 
 
 def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[str]]],
@@ -133,11 +98,9 @@ def run_job(commands: Sequence[Sequence[str]] | Callable[[], Sequence[Sequence[s
     """Start launchers (e.g. two torchrun 'nodes') as one ``processes.Job``, wait, collect the output; on a timeout
     DistributedSetupError, every process stopped. ``retries``: again when the ranks could not connect (``commands``
     a function: fresh lines, a new port); ``grace``: seconds the others get after one launcher failed."""
-    if grace < 0:
-        raise ValueError(f"grace must be >= 0 seconds, got {grace}")
     for attempt in range(retries + 1):
         job = _run_once(commands() if callable(commands) else commands, out, timeout, env, grace)
-        if not join_failed(job) or attempt == retries:
+        if attempt == retries or job.returncode == 0 or not any(s in job.output for s in _JOIN_FAILED):
             return job
         print(f"(the ranks could not connect; starting the job again, attempt {attempt + 2})", flush=True)
     raise AssertionError("not reached")
@@ -184,44 +147,34 @@ def job_scratch() -> Iterator[Path]:
         reclaim_scratch()  # and the root, when no other job has a folder there
 
 
-def _inductor_cache() -> str:
-    # PyTorch's default Inductor cache, which the job's own TMPDIR would move
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):
-        user = f"uid_{getattr(os, 'getuid', lambda: 0)()}"
-    return os.path.join(tempfile.gettempdir(), "torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
-
-
 def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout: float,
               env: Mapping[str, str] | None, grace: float) -> JobResult:
     if out is not None and Path(out).exists():
         Path(out).unlink()
     with job_scratch() as scratch:
-        cache = os.environ.get("TORCHINDUCTOR_CACHE_DIR", _inductor_cache())
-        job = Job(commands, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1",
-                                 "TORCHINDUCTOR_CACHE_DIR": cache, "TMPDIR": str(scratch), **(env or {})})
+        job = Job(commands, env={**os.environ, "TQDM_DISABLE": "1", "PYTHONUNBUFFERED": "1", "TMPDIR": str(scratch),
+                                 **(env or {})})
         try:
             finished = job.start().wait(timeout, grace)
         except JobTimeout as exc:
             raise DistributedSetupError(f"{exc}. Its last output:\n{exc.output[-1500:]}") from None
     summary = json.loads(Path(out).read_text()) if out is not None and Path(out).exists() else None
-    return JobResult(finished.returncode, finished.seconds, finished.output, summary, first_error(finished.output))
+    error = _ERROR_LINE.search(finished.output)
+    return JobResult(finished.returncode, finished.seconds, finished.output, summary, error and error.group(1).strip())
 
 
 def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path, *,
-                timeout: float = 600, env: Mapping[str, str] | None = None, retries: int = 1) -> "Result":
+                env: Mapping[str, str] | None = None) -> "Result":
     """Run the job ``command(out_path)`` once: a Result of its median epoch after the first (the warm-up kept apart),
     accuracy, steps, world size, global batch; a failed job raises DistributedSetupError with its message."""
     out = Path(out_dir) / f"{name}.json"
-    job = _finished(name, run_job(lambda: command(out), out=out, timeout=timeout, env=env, retries=retries))
+    job = _finished(name, run_job(lambda: command(out), out=out, timeout=600, env=env, retries=1))
     return _result(name, job.summary, job)
 
 
 def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
             outputs: dict[str, str] | None = None, *, env: Mapping[str, str] | None = None) -> Callable[[], "Result"]:
-    """An arm for ``measure.interleaved``: every call runs one fresh job (``measure_job``), so each round
-    gets new processes; ``outputs[name]`` keeps the last job's output (for ``rank_lines``)."""
+    """An arm for ``measure.interleaved``: a fresh job per call; ``outputs[name]`` keeps the last job's output."""
     def once() -> "Result":
         res = measure_job(name, command, out_dir, env=env)
         if outputs is not None:
@@ -231,15 +184,11 @@ def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_d
 
 
 def measure_seeds(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
-                  seeds: Sequence[int], *, timeout: float = 600, env: Mapping[str, str] | None = None,
-                  retries: int = 1) -> list["Result"]:
-    """One job (``command(out)`` plus ``--seeds``) that trains once per seed, paying its start-up once: one Result
-    per seed, as ``measure_job`` gives for a job of that seed alone."""
-    if not seeds:
-        raise ValueError("measure_seeds needs at least one seed")
+                  seeds: Sequence[int]) -> list["Result"]:
+    """One job (``command(out)`` plus ``--seeds``) paying its start-up once: a ``measure_job`` Result per seed."""
     out = Path(out_dir) / f"{name}-seeds.json"
     job = _finished(name, run_job(lambda: [[*line, "--seeds", *map(str, seeds)] for line in command(out)],
-                                  out=out, timeout=timeout, env=env, retries=retries))
+                                  out=out, timeout=600, retries=1))
     runs = job.summary.get("seeds")
     if not isinstance(runs, list) or len(runs) != len(seeds):
         raise DistributedSetupError(f"job {name!r} wrote no summary per seed: is --seeds passed to "
@@ -254,17 +203,12 @@ def _finished(name: str, job: JobResult) -> JobResult:
     return job
 
 
-def _epochs(summary: dict[str, Any]) -> tuple[float, list[float]]:
-    times = summary["epoch_times"]
-    if len(times) < 2:
-        raise DistributedSetupError("measuring a job needs --epochs >= 2 to keep the warm-up epoch apart")
-    return times[0], times[1:]
-
-
 def _result(name: str, summary: dict[str, Any], job: JobResult) -> "Result":
     from .measure import Result
 
-    first, rest = _epochs(summary)
+    first, *rest = summary["epoch_times"]
+    if not rest:
+        raise DistributedSetupError("measuring a job needs --epochs >= 2 to keep the warm-up epoch apart")
     metrics = {"accuracy": summary["accuracy"], **{k: float(summary[k]) for k in ("steps", "world_size", "global_batch")}}
     return Result(name, [statistics.median(rest)], [first], metrics, {"last_output": job.output[-3000:], "summary": summary})
 

@@ -1,9 +1,5 @@
-"""Inter-process locks (``filelock``), which the operating system releases when their holder dies.
-
-``hold(path, wait=..., what=...)`` holds the lock file ``path`` for a ``with`` block and keeps
-the holder's pid and command beside it (``<path>.holder``): a refusal names that process, and a
-lock whose holder died is taken over with a one-line note. Nothing here imports torch.
-"""
+"""Inter-process locks (``filelock``), which the operating system releases when their holder dies; ``hold`` keeps
+the holder's pid and command beside the lock (``<path>.holder``) to name it in a refusal. No torch here."""
 
 from __future__ import annotations
 

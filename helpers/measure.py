@@ -1,6 +1,5 @@
 """The measurement protocol: interleaved rounds in Williams designs (``interleaved``), the A/A arm, the records
-(``Rounds``, ``Result``, ``Stats``) and ``time_fn``. Every "faster"/"slower" is ``verdict``'s word (from
-``helpers.verdict``, re-exported here); docs/measurement.md has the reasoning."""
+(``Rounds``, ``Result``, ``Stats``), ``time_fn`` and ``verdict`` (re-exported); the reasoning: docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -22,14 +21,11 @@ from .verdict import (MIN_EFFECT, MIN_ROUNDS, NO_DIFFERENCE, ROUNDS, Verdict, de
 DISTURBED = "disturbed: no conclusion from this run"  # every arm's word when the A/A arm got a verdict
 AA_PREFIX = "A/A: "
 AA_ATTEMPTS = 3  # comparisons with an A/A arm measured at most this often (once at the smoke size)
-MIN_SAMPLE_STEPS = 20
-MIN_SAMPLE_SECONDS = 0.5
 
 
 @dataclass
 class Rounds:
-    """Per-round values of variants measured in interleaved rounds: ``samples[name][i]`` from round i, with the
-    CPU others took (``interference[i]``), rounds re-run over ``limit`` (``reruns``) and kept still above it."""
+    """Per-round values of variants in interleaved rounds (``samples[name][i]``: round i) and how the rounds went."""
 
     names: list[str]
     samples: dict[str, list[float]]
@@ -38,7 +34,6 @@ class Rounds:
     interference: list[Interference] = field(default_factory=list)
     reruns: int = 0
     disturbed: int = 0
-    limit: float = INTERFERENCE_LIMIT
     unit: str = "s"
     orders: list[list[str]] = field(default_factory=list)
     attempts: int = 1
@@ -51,8 +46,7 @@ class Rounds:
         return Result(name, list(self.samples[name]), list(self.warmup.get(name, [])), med)
 
     def verdict(self, name: str, baseline: str | None = None, **kwargs: Any) -> Verdict:
-        """``verdict`` of ``name`` against ``baseline`` (default: the first) with this run's ``noise``;
-        ``DISTURBED`` for every arm but the A/A when the A/A arm failed."""
+        """``verdict`` of ``name`` against ``baseline`` (default: the first) at this run's noise, or DISTURBED."""
         base = baseline or self.names[0]
         if self.rounds > 1 and "noise" not in kwargs:
             kwargs["noise"] = self.noise()
@@ -63,11 +57,9 @@ class Rounds:
 
     def noise(self) -> float:
         """SD of the A/A arm's log ratios, else of every arm's log ratios against the first, each centred."""
-        base = self.samples[self.names[0]]
-        ratio = lambda n: [b / v for b, v in zip(base if not n.startswith(AA_PREFIX) else  # noqa: E731
-                                                 self.samples[aa_baseline(n)], self.samples[n])]
-        arms = [self.aa] if self.aa else self.names[1:]
-        return log_noise(*[ratio(n) for n in arms]) if arms else 0.0
+        arms = [(aa_baseline(self.aa), self.aa)] if self.aa else [(self.names[0], n) for n in self.names[1:]]
+        ratios = [[b / v for b, v in zip(self.samples[base], self.samples[n])] for base, n in arms]
+        return log_noise(*ratios) if arms else 0.0
 
     @property
     def aa(self) -> str | None:
@@ -91,10 +83,9 @@ class Rounds:
     def note(self) -> str:
         """What the table's reader needs to know about how these rounds were taken."""
         m, k = self.design, self.rounds
-        if k % m == 0:
-            order = f"a complete Williams design ({k // m} x {m} orders)"
-        else:
-            order = f"approximately balanced ({min(k, m)} of {m} orders)" if m > 12 else f"incomplete design ({k} of {m} orders)"
+        order = (f"a complete Williams design ({k // m} x {m} orders)" if k % m == 0
+                 else f"approximately balanced ({min(k, m)} of {m} orders)" if m > 12
+                 else f"incomplete design ({k} of {m} orders)")
         text = (f"{k} interleaved rounds, {order}, every variant built afresh each round; "
                 f"speed-up = baseline/variant (Hodges-Lehmann estimate) with its 95% interval, bounds rounded outward; "
                 f"verdict by helpers.measure.verdict (> {1 + MIN_EFFECT:.2f}x or < {1 - MIN_EFFECT:.2f}x for the whole interval).")
@@ -103,7 +94,7 @@ class Rounds:
             text += (f" 'could see' is an estimate: the true speed-up this run would call faster 80% of the time, "
                      f"from {source} log-ratio noise ({100 * self.noise():.1f}%).")
         if self.reruns:
-            text += f" {self.reruns} round(s) re-run: other processes took more than {self.limit:g} cores."
+            text += f" {self.reruns} round(s) re-run: other processes took more than {INTERFERENCE_LIMIT:g} cores."
         if self.disturbed:
             text += f" {self.disturbed} kept round(s) still disturbed (re-run budget spent): read the result with care."
         if k < MIN_ROUNDS:
@@ -121,26 +112,25 @@ class Rounds:
         return text
 
     def table(self, baseline: str | None = None, *, metrics: Sequence[str] = (), title: str = "",
-              scale: float = 1.0, unit: str | None = None, higher_is_better: bool = False) -> Table:
+              scale: float = 1.0, unit: str | None = None) -> Table:
         """Median, min, max (times ``scale``, in ``unit``), speed-up, interval and verdict per variant."""
         unit = unit or self.unit
         base = baseline or self.names[0]
         table = Table(["variant", f"median {unit}", f"min {unit}", f"max {unit}", "speed-up (x)",
                        "95% interval (x)", "verdict"] + list(metrics), title=title, note=self.note())
         values = {m: [self.result(n).metrics.get(m) for n in self.names] for m in metrics}
-        counts = {m for m, vs in values.items()
-                  if all(isinstance(v, (int, float)) and float(v).is_integer() for v in vs if v is not None)}
-        for name in self.names:
+        for m, vs in values.items():  # a column of whole numbers prints as counts
+            if all(isinstance(v, (int, float)) and float(v).is_integer() for v in vs if v is not None):
+                values[m] = [None if v is None else int(v) for v in vs]
+        for i, name in enumerate(self.names):
             s = Stats.of(self.samples[name])
-            res = self.result(name)
             if name == base:
                 cells: list[Any] = [1.0, "-", "baseline"]
             else:
-                v = self.verdict(name, base, higher_is_better=higher_is_better)
+                v = self.verdict(name, base)
                 cells = [v.ratio, v.interval, aa_word(v) if name.startswith(AA_PREFIX) else v.label]
             table.add(name, s.median * scale, s.minimum * scale, s.maximum * scale, *cells,
-                      *[int(res.metrics[m]) if m in counts and res.metrics.get(m) is not None else res.metrics.get(m)
-                        for m in metrics])
+                      *[values[m][i] for m in metrics])
         return table
 
 
@@ -153,23 +143,19 @@ def _value(got: Any) -> tuple[float, dict[str, float], list[float]]:
 
 
 def williams_orders(n: int) -> list[list[int]]:
-    """Orders of ``n`` arms (0..n-1) in which every arm follows every other equally often (a Williams design):
-    ``n`` orders for even ``n``, for odd ``n`` the ``n`` rows of a cyclic Latin square and their mirror images."""
+    """Orders of ``n`` arms (0..n-1) in which every arm follows every other equally often (a Williams design)."""
     if n < 1:
         raise ValueError("a design needs at least one arm")
-    first, low, high = [0], 1, n - 1
-    while len(first) < n:  # 0, 1, n-1, 2, n-2, ...
-        first.append(low if len(first) % 2 else high)
-        low, high = (low + 1, high) if len(first) % 2 == 0 else (low, high - 1)
+    first = [((i + 1) // 2 if i % 2 else n - i // 2) % n for i in range(n)]  # 0, 1, n-1, 2, n-2, ...
     rows = [[(a + r) % n for a in first] for r in range(n)]
     return rows + [row[::-1] for row in rows] if n % 2 and n > 1 else rows
 
 
 def sample_long_enough(steps: int, seconds: float) -> bool:
-    """The course's rule for one timed sample: at least ``MIN_SAMPLE_STEPS`` steps or ``MIN_SAMPLE_SECONDS`` s."""
+    """The course's rule for one timed sample: at least 20 steps or 0.5 s."""
     if steps < 1 or seconds < 0:
         raise ValueError("a timed sample has at least one step and a non-negative duration")
-    return steps >= MIN_SAMPLE_STEPS or seconds >= MIN_SAMPLE_SECONDS
+    return steps >= 20 or seconds >= 0.5
 
 
 def aa_passes(v: Verdict) -> bool:
@@ -183,8 +169,7 @@ def aa_word(v: Verdict) -> str:
 
 
 def complete_rounds(arms: int, rounds: int = ROUNDS) -> int:
-    """The smallest whole multiple of the Williams design's length that is at least ``rounds``; ``rounds``
-    itself when that multiple is above 12 (the note then says "approximately balanced")."""
+    """The smallest whole multiple of the Williams design's length >= ``rounds``; ``rounds`` itself when it is > 12."""
     if arms < 1 or rounds < 1:
         raise ValueError("complete_rounds needs at least one arm and one round")
     m = len(williams_orders(arms))
@@ -206,8 +191,7 @@ def aa_baseline(name: str) -> str:
 
 def with_aa(variants: Mapping[str, Callable[[], Any]], baseline: str | None = None,
             again: Callable[[], Any] | None = None) -> dict[str, Callable[[], Any]]:
-    """``variants`` plus an A/A arm: the baseline (default: the first) measured again under its own name, by
-    ``again`` (default: the baseline's own callable)."""
+    """``variants`` plus an A/A arm: the baseline (default: the first) measured again by ``again`` (default: itself)."""
     base = baseline or next(iter(variants))
     if base not in variants:
         raise ValueError(f"no variant {base!r} to repeat as the A/A arm")
@@ -215,38 +199,37 @@ def with_aa(variants: Mapping[str, Callable[[], Any]], baseline: str | None = No
 
 
 def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = None, *,
-                max_reruns: int | None = None, limit: float = INTERFERENCE_LIMIT, warmup_rounds: int = 0,
-                progress: bool = True, desc: str = "rounds", unit: str = "s",
-                attempts: int | None = None, before_round: Callable[[list[str]], Any] | None = None,
+                max_reruns: int | None = None, warmup_rounds: int = 0, progress: bool = True, desc: str = "rounds",
+                unit: str = "s", attempts: int | None = None, before_round: Callable[[list[str]], Any] | None = None,
                 after_round: Callable[[], Any] | None = None) -> Rounds:
-    """Call every variant once per round in the orders of a Williams design; each returns a float, ``(value,
-    metrics)`` or a ``Result``. Rounds where others took over ``limit`` cores run again (``max_reruns``), a failed
-    A/A arm measures it all again (``attempts``); ``before_round(order)``/``after_round()`` run untimed around each."""
+    """Call every variant (returning a float, ``(value, metrics)`` or a ``Result``) once per round in the orders of
+    a Williams design; disturbed rounds run again (``max_reruns``), a failed A/A arm all of it (``attempts``);
+    ``before_round(order)``/``after_round()`` run untimed around each round."""
     names = list(variants)
     if not names:
         raise ValueError("interleaved needs at least one variant")
     rounds = ROUNDS if rounds is None else rounds
-    if rounds < 1 or warmup_rounds < 0:
-        raise ValueError("rounds must be >= 1 and warmup_rounds >= 0")
+    attempts = run_sizes.pick(smoke=1, workshop=AA_ATTEMPTS, full=AA_ATTEMPTS) if attempts is None else attempts
+    if rounds < 1 or warmup_rounds < 0 or attempts < 1:
+        raise ValueError("rounds and attempts must be >= 1, warmup_rounds >= 0")
     if run_sizes.current_profile() != "smoke":
         rounds = complete_rounds(len(names), rounds)
-    if max_reruns is None:
-        max_reruns = run_sizes.pick(smoke=0, workshop=rounds // 2, full=rounds // 2)
-    attempts = run_sizes.pick(smoke=1, workshop=AA_ATTEMPTS, full=AA_ATTEMPTS) if attempts is None else attempts
-    if attempts < 1:
-        raise ValueError("attempts must be >= 1")
+    max_reruns = run_sizes.pick(smoke=0, workshop=rounds // 2, full=rounds // 2) if max_reruns is None else max_reruns
     aa = [n for n in names if n.startswith(AA_PREFIX)]
-    for name in aa:
-        if aa_baseline(name) not in variants:
-            raise ValueError(f"the A/A arm {name!r} repeats no variant of this comparison")
+    if any(aa_baseline(name) not in variants for name in aa):
+        raise ValueError(f"an A/A arm of {aa} repeats no variant of this comparison")
     for _ in range(warmup_rounds):
         for name in names:
             variants[name]()
+    from tqdm.auto import tqdm
+
+    off = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")  # CI, committed runs
     design = [[names[i] for i in order] for order in williams_orders(len(names))]
     for attempt in range(1, attempts + 1):
-        out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, limit=limit,
-                     unit=unit, attempts=attempt)
-        with _progress(rounds, f"{desc} (attempt {attempt})" if attempt > 1 else desc, progress) as bar:
+        out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, unit=unit,
+                     attempts=attempt)
+        with tqdm(total=rounds, desc=f"{desc} (attempt {attempt})" if attempt > 1 else desc, leave=False,
+                  disable=off) as bar:
             while len(out.interference) < rounds:
                 order = design[len(out.interference) % len(design)]  # a re-run round repeats its own order
                 if before_round is not None:
@@ -258,10 +241,10 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
                 finally:
                     if after_round is not None:
                         after_round()
-                if load.disturbed(limit) and out.reruns < max_reruns:
+                if load.disturbed() and out.reruns < max_reruns:
                     out.reruns += 1
                     continue
-                out.disturbed += load.disturbed(limit)
+                out.disturbed += load.disturbed()
                 out.interference.append(load)
                 out.orders.append(list(order))
                 for name in names:
@@ -274,14 +257,6 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
         if not out.aa_failed:
             break
     return out
-
-
-def _progress(total: int, desc: str, show: bool) -> Any:
-    """A tqdm bar; TQDM_DISABLE=1 (CI, committed runs) turns it off, also for the notebook widget."""
-    from tqdm.auto import tqdm
-
-    off = not show or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
-    return tqdm(total=total, desc=desc, leave=False, disable=off)
 
 
 @dataclass(frozen=True)
@@ -299,11 +274,6 @@ class Stats:
             raise ValueError("Stats.of needs at least one sample")
         s = sorted(float(x) for x in samples)
         return cls(statistics.median(s), s[0], s[-1], len(s))
-
-    @property
-    def spread(self) -> float:
-        """Max minus min, as a fraction of the median."""
-        return (self.maximum - self.minimum) / self.median if self.median else 0.0
 
 
 @dataclass

@@ -1,27 +1,22 @@
-"""The book's two CNNs, exactly, and a torchvision model factory with a class-count option.
-
-``book_cnn("fashionmnist")`` has 1,630,090 parameters (1,629,472 with ``bias=False``, 1,758,858 with
-``extra_hidden=256``), ``book_cnn("cifar10")`` 2,122,186; the names ``layer1.0``, ``layer2.0``, ``fc1``, ``fc2``
-are stable, so pruning masks can name them."""
+"""The book's two CNNs, exactly (1,630,090 and 2,122,186 parameters; the names ``layer1.0``, ``layer2.0``, ``fc1``,
+``fc2`` are stable, so pruning masks can name them), and a torchvision model factory."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
-TORCHVISION_MODELS: tuple[str, ...] = (
-    "alexnet", "densenet121", "efficientnet_b0", "efficientnet_b7", "mobilenet_v2",
-    "resnet18", "resnet50", "vgg16",
-)
+from .data import spec
+
+TORCHVISION_MODELS: tuple[str, ...] = ("alexnet", "densenet121", "efficientnet_b0", "efficientnet_b7", "mobilenet_v2",
+                                       "resnet18", "resnet50", "vgg16")
 _ALIASES = {"mobilenet": "mobilenet_v2", "efficientnet": "efficientnet_b0"}
 
 
 class BookCNN(nn.Module):
-    """Two conv blocks (32 then 64 channels, 3x3, ReLU, max-pool 2) and two linear layers, no activation between
-    them, as in the book; ``extra_hidden`` adds a Linear(512, extra_hidden) before the head (its 1,758,858 model)."""
+    """Two conv blocks (32 then 64 channels, 3x3, ReLU, max-pool 2), two linear layers, no activation between them."""
 
-    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10,
-                 bias: bool = True, extra_hidden: int | None = None):
+    def __init__(self, in_channels: int = 1, image_size: int = 28, num_classes: int = 10, bias: bool = True):
         super().__init__()
         if image_size % 4:
             raise ValueError("image_size must be divisible by 4 (two 2x2 max-pools)")
@@ -31,26 +26,17 @@ class BookCNN(nn.Module):
             nn.Conv2d(32, 64, kernel_size=3, padding=1, bias=bias), nn.ReLU(), nn.MaxPool2d(2))
         flat = 64 * (image_size // 4) ** 2
         self.fc1 = nn.Linear(flat, 512, bias=bias)
-        self.hidden = nn.Linear(512, extra_hidden, bias=bias) if extra_hidden else None
-        self.fc2 = nn.Linear(extra_hidden or 512, num_classes, bias=bias)
+        self.fc2 = nn.Linear(512, num_classes, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = self.layer2(self.layer1(x))
-        x = self.fc1(torch.flatten(x, 1))
-        if self.hidden is not None:
-            x = self.hidden(x)
-        return self.fc2(x)
+        return self.fc2(self.fc1(torch.flatten(x, 1)))
 
 
-def book_cnn(dataset: str = "fashionmnist", *, bias: bool = True, extra_hidden: int | None = None,
-             num_classes: int = 10) -> BookCNN:
+def book_cnn(dataset: str = "fashionmnist", *, bias: bool = True, num_classes: int = 10) -> BookCNN:
     """The book's CNN for ``fashionmnist`` (1x28x28) or ``cifar10`` (3x32x32)."""
-    shapes = {"fashionmnist": (1, 28), "cifar10": (3, 32)}
-    key = dataset.lower().replace("-", "").replace("_", "")
-    if key not in shapes:
-        raise ValueError(f"book_cnn knows {', '.join(shapes)}; got {dataset!r}")
-    channels, size = shapes[key]
-    return BookCNN(channels, size, num_classes, bias=bias, extra_hidden=extra_hidden)
+    shape = spec(dataset)
+    return BookCNN(shape.channels, shape.size, num_classes, bias=bias)
 
 
 def count_parameters(model: nn.Module, trainable_only: bool = True) -> int:
@@ -64,8 +50,6 @@ def torchvision_model(name: str, num_classes: int = 10) -> nn.Module:
 
     key = _ALIASES.get(name.lower(), name.lower())
     if key not in TORCHVISION_MODELS:
-        raise ValueError(
-            f"Unknown model {name!r}. Choose one of {', '.join(TORCHVISION_MODELS)} "
-            f"(aliases: {', '.join(_ALIASES)})."
-        )
+        raise ValueError(f"Unknown model {name!r}. Choose one of {', '.join(TORCHVISION_MODELS)} "
+                         f"(aliases: {', '.join(_ALIASES)}).")
     return getattr(tvm, key)(weights=None, num_classes=num_classes)

@@ -22,6 +22,7 @@ OPENMP_VARIANTS: tuple[str, ...] = ("gnu-default", "gnu-bound", "intel")
 _PROBE: tuple[str, ...] = ("-m", "helpers.openmp")
 _GNU_AFFINITY = re.compile(r"^level \d+ thread \S+ affinity (\S+)$")
 _INTEL_AFFINITY = re.compile(r"^OMP: pid \d+ tid \d+ thread (\d+) bound to OS proc set \{([^}]*)\}$")
+_SETTING = re.compile(r"^(?:\[host\])?\s*(_?[A-Z][A-Z0-9_]*)\s*=\s*'?(.*?)'?$")  # GNU: KEY = 'v'; Intel: [host] KEY='v'
 
 
 def intel_openmp_library() -> Path | None:
@@ -33,17 +34,8 @@ def intel_openmp_library() -> Path | None:
     return None
 
 
-def gomp_cpu_affinity(cpus: list[int]) -> str:
-    """Value for GNU OpenMP's ``GOMP_CPU_AFFINITY``: thread i is bound to cpus[i]."""
-    if not cpus:
-        raise ValueError("gomp_cpu_affinity needs at least one CPU")
-    return " ".join(str(c) for c in cpus)
-
-
 def kmp_affinity(cpus: list[int]) -> str:
     """Value for Intel OpenMP's ``KMP_AFFINITY`` binding thread i to cpus[i]."""
-    if not cpus:
-        raise ValueError("kmp_affinity needs at least one CPU")
     return f"granularity=fine,proclist=[{','.join(str(c) for c in cpus)}],explicit"
 
 
@@ -60,19 +52,16 @@ def openmp_env(variant: str, threads: int, topo: Topology | None = None) -> dict
     siblings = [cpu for group in topo.smt_siblings() for cpu in group[1:]]
     cpus = (cores + siblings)[:threads]
     if threads > len(cpus):
-        raise ValueError(
-            f"{threads} threads requested but only {len(cpus)} logical CPUs are available to this process."
-        )
+        raise ValueError(f"{threads} threads requested but only {len(cpus)} logical CPUs are "
+                         "available to this process.")
     env = {"OMP_NUM_THREADS": str(threads)}
     if variant == "gnu-bound":
-        env.update({"OMP_PROC_BIND": "TRUE", "GOMP_CPU_AFFINITY": gomp_cpu_affinity(cpus)})
+        env.update({"OMP_PROC_BIND": "TRUE", "GOMP_CPU_AFFINITY": " ".join(str(c) for c in cpus)})
     elif variant == "intel":
         lib = intel_openmp_library()
         if lib is None:
-            raise RuntimeError(
-                "Intel OpenMP (libiomp5.so) is not installed in this environment. "
-                "Install it with `pip install intel-openmp` (Linux x86_64 only)."
-            )
+            raise RuntimeError("Intel OpenMP (libiomp5.so) is not installed in this environment. "
+                               "Install it with `pip install intel-openmp` (Linux x86_64 only).")
         env.update({"LD_PRELOAD": str(lib), "KMP_AFFINITY": kmp_affinity(cpus), "KMP_BLOCKTIME": "0"})
     return env
 
@@ -94,24 +83,25 @@ def worker(argv: list[str]) -> Callable[[dict[str, Any]], dict[str, Any]]:
 
 
 def _settings(lines: list[str]) -> dict[str, str]:
-    out = {}
-    for line in lines:
-        line = line.removeprefix("[host]").strip()
-        for sep in (" = ", "="):
-            key, found, value = line.partition(sep)
-            if found and key.strip().lstrip("_").replace("_", "").isalnum() and key.strip().isupper():
-                out.setdefault(key.strip(), value.strip().strip("'"))
-                break
+    out: dict[str, str] = {}
+    for m in filter(None, map(_SETTING.match, lines)):
+        out.setdefault(m[1], m[2])
     return out
 
 
 def parse_openmp_display(text: str) -> dict[str, object]:
     """What the runtimes printed under OMP_DISPLAY_ENV=VERBOSE and OMP_DISPLAY_AFFINITY=TRUE: ``served_by``,
-    ``intel_initialised``, ``gnu_loaded``, ``gnu_settings``, ``intel_settings``, ``settings`` (the serving
-    runtime's), ``bound_to`` (each thread's CPU set as printed, e.g. ``["0", "1"]``) and ``binding`` (one line)."""
+    ``intel_initialised``, ``gnu_settings``, ``settings`` (the serving runtime's), ``bound_to`` (each thread's CPU
+    set as printed, e.g. ``["0", "1"]``) and ``binding`` (one line)."""
     gnu, intel, block = {}, {}, None
-    for line in text.splitlines():  # GNU prints KEY = 'value' when loaded; Intel [host] KEY='value' when it runs
-        if "OPENMP DISPLAY ENVIRONMENT BEGIN" in line:
+    bound: dict[int, str] = {}
+    gnu_threads: list[str] = []
+    for line in map(str.strip, text.splitlines()):  # GNU prints its block when loaded, Intel when it runs
+        if m := _INTEL_AFFINITY.match(line):
+            bound.setdefault(int(m.group(1)), m.group(2))
+        elif m := _GNU_AFFINITY.match(line):
+            gnu_threads.append(m.group(1))
+        elif "OPENMP DISPLAY ENVIRONMENT BEGIN" in line:
             block = []
         elif "OPENMP DISPLAY ENVIRONMENT END" in line and block is not None:
             if any(ln.startswith("[host]") for ln in block):
@@ -120,19 +110,10 @@ def parse_openmp_display(text: str) -> dict[str, object]:
                 gnu = _settings(block)
             block = None
         elif block is not None:
-            block.append(line.strip())
-    bound: dict[int, str] = {}
-    gnu_threads: list[str] = []
-    for line in text.splitlines():
-        line = line.strip()
-        if m := _INTEL_AFFINITY.match(line):
-            bound.setdefault(int(m.group(1)), m.group(2))
-        elif m := _GNU_AFFINITY.match(line):
-            gnu_threads.append(m.group(1))
+            block.append(line)
     bound_to = [bound[i] for i in sorted(bound)] if bound else gnu_threads
     served = "Intel OpenMP (libiomp5)" if intel else "GNU OpenMP (libgomp)" if gnu else "unknown"
-    return {"served_by": served, "intel_initialised": bool(intel), "gnu_loaded": bool(gnu),
-            "gnu_settings": gnu, "intel_settings": intel, "settings": intel or gnu,
+    return {"served_by": served, "intel_initialised": bool(intel), "gnu_settings": gnu, "settings": intel or gnu,
             "bound_to": bound_to, "binding": binding_summary(bound_to)}
 
 

@@ -1,5 +1,4 @@
-"""Matplotlib figures several chapters share: speed-up bars and per-round ratios, each with the verdict's
-interval. Importing it leaves matplotlib's backend alone (inline in Jupyter, a file backend in a script)."""
+"""Figures several chapters share (speed-up bars, per-round ratios); importing it leaves matplotlib's backend alone."""
 
 from __future__ import annotations
 
@@ -12,30 +11,20 @@ from .measure import MIN_EFFECT, Result, Rounds, verdict
 
 
 def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None, title: str = "",
-                 published: dict[str, float] | None = None, *, disturbed: bool = False) -> Figure:
-    """Bars of the speed-up baseline/variant (the verdict's ratio and 95% interval when paired by round, else the
-    ratio of medians and the min-max), published beside them; hatched grey when the A/A arm failed
-    (``Rounds.aa_failed``, or ``disturbed=True`` for results gathered elsewhere)."""
+                 published: dict[str, float] | None = None) -> Figure:
+    """Bars of the speed-up (verdict ratio, 95% interval) per variant, published beside; grey if the A/A arm failed."""
+    disturbed = isinstance(results, Rounds) and results.aa_failed
     if isinstance(results, Rounds):
-        disturbed = disturbed or results.aa_failed
         results = [results.result(n) for n in results.names]
     if not results:
         raise ValueError("no results to plot")
     base = next((r for r in results if r.name == baseline), results[0])
     names = [r.name for r in results]
-    paired = all(len(r.samples) == len(base.samples) for r in results)
-    if paired:
-        vs = [verdict(base.samples, r.samples) for r in results]
-        med = [v.ratio for v in vs]
-        lo = [v.ratio - v.low for v in vs]
-        hi = [v.high - v.ratio for v in vs]
-        what = "yours (median over rounds, 95% interval)"
-    else:
-        b = base.stats.median
-        med = [b / r.stats.median for r in results]
-        lo = [m - b / r.stats.maximum for m, r in zip(med, results)]
-        hi = [b / r.stats.minimum - m for m, r in zip(med, results)]
-        what = "yours (unpaired repeats: ratio of medians, min-max)"
+    vs = [verdict(base.samples, r.samples) for r in results]
+    med = [v.ratio for v in vs]
+    lo = [v.ratio - v.low for v in vs]
+    hi = [v.high - v.ratio for v in vs]
+    what = "yours (median over rounds, 95% interval)"
     if disturbed:
         what += "; A/A failed: no verdict"
         title = (title + "\n" if title else "") + "DISTURBED: the A/A arm differed from its baseline, no verdict"
@@ -58,8 +47,7 @@ def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None
 
 def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline: str | None = None, *,
                  title: str = "", higher_is_better: bool = False) -> Figure:
-    """One dot per round (baseline/variant in that round alone), the verdict's median and 95% band per variant,
-    dotted lines at 1 +- ``MIN_EFFECT``; ``variants``: all but the baseline (default ``rounds.names[0]``)."""
+    """One dot per round (baseline/variant in that round alone), the verdict's ratio and 95% band per variant."""
     base = baseline or (rounds.names[0] if rounds.names else None)
     if base not in rounds.names:
         raise ValueError(f"baseline {base!r} is not among the measured variants {rounds.names}")

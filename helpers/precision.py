@@ -1,29 +1,21 @@
-"""Number formats and mixed precision: bit layouts, underflow, precision, TF32 switches, and chapter 07's harness
-(oneDNN's formats on this CPU, flushed gradients, timed rounds, profiler rows per operator and shape, speed-ups
-beside published ones).
+"""Number formats and mixed precision: dtype names, precision bits and rounding error, TF32 switches, and chapter
+07's harness (oneDNN's formats on this CPU, flushed gradients, timed rounds, profiler rows per operator and shape,
+speed-ups beside published ones).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import time
 from typing import Any, Iterator, Mapping, Sequence
 
 import torch
 
+from .seeds import set_seed
 from .tables import Table
 
-# (name, dtype or None, exponent bits, fraction bits); TF32 is a tensor-core math mode, not a storage dtype
-_FORMATS: tuple[tuple[str, torch.dtype | None, int, int], ...] = (
-    ("FP64", torch.float64, 11, 52),
-    ("FP32", torch.float32, 8, 23),
-    ("TF32", None, 8, 10),
-    ("FP16", torch.float16, 5, 10),
-    ("BF16", torch.bfloat16, 8, 7),
-)
 _DTYPES = {"fp64": torch.float64, "fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
-_ALIASES = {"float64": "fp64", "double": "fp64", "float32": "fp32", "float": "fp32", "float16": "fp16",
-            "half": "fp16", "bfloat16": "bf16"}
 
 
 def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
@@ -31,41 +23,10 @@ def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
     if name is None or isinstance(name, torch.dtype):
         return None if name in (None, torch.float32) else name
     key = name.strip().lower().removeprefix("torch.")
-    key = _ALIASES.get(key, key)
-    if key not in _DTYPES:
+    dtype = _DTYPES.get(key, getattr(torch, key, None))  # else torch's own names: bfloat16, half, double, ...
+    if dtype not in _DTYPES.values():
         raise ValueError(f"Unknown dtype {name!r}; choose one of fp32, bf16, fp16 (or bfloat16, float16, float32).")
-    dtype = _DTYPES[key]
     return None if dtype == torch.float32 else dtype
-
-
-def formats() -> Table:
-    """Sign/exponent/fraction bits, bytes, machine epsilon, range and subnormal floor."""
-    table = Table(["format", "exp bits", "fraction bits", "bytes", "eps", "max", "smallest normal", "smallest subnormal"],
-                  note="TF32 is a tensor-core math mode (stored as FP32); its row follows from its 8+10 bit layout.")
-    for name, dtype, e, m in _FORMATS:
-        if dtype is not None:
-            fi = torch.finfo(dtype)
-            subnormal = fi.smallest_normal * fi.eps
-            table.add(name, e, m, fi.bits // 8, fi.eps, fi.max, fi.smallest_normal, subnormal)
-        else:  # derive from the layout (same exponent range as FP32)
-            fi = torch.finfo(torch.float32)
-            eps = 2.0 ** -m
-            table.add(name, e, m, 4, eps, fi.max * (1 - 2.0 ** -(m + 1)) / (1 - 2.0 ** -24), fi.smallest_normal,
-                      fi.smallest_normal * eps)
-    return table
-
-
-def underflow(values: Sequence[float] = (1e-3, 1e-5, 1e-7, 1e-8, 1e-10), scale: float = 2.0 ** 16) -> Table:
-    """What small gradient values become in FP16/BF16, and in FP16 scaled by ``scale`` (as GradScaler does)."""
-    table = Table(["value", "as FP16", "as BF16", f"FP16 scaled x{scale:g}, unscaled"],
-                  note="0 means the gradient vanished: its update is lost.")
-    for v in values:
-        x = torch.tensor([v], dtype=torch.float32)
-        fp16 = float(x.half())
-        bf16 = float(x.bfloat16())
-        scaled = float((x * scale).half().float() / scale)
-        table.add(v, fp16, bf16, scaled)
-    return table
 
 
 def tf32_defaults() -> dict[str, str]:
@@ -193,10 +154,7 @@ def step_round(model_fn: Any, step: Any, batches: Sequence[tuple[torch.Tensor, t
                dtype: torch.dtype | None, min_steps: int = 1, seed: int = 0, lr: float = 1e-3) -> Any:
     """One round for ``measure.interleaved``: a fresh model, Adam and GradScaler (FP16), one warm-up ``step`` (the
     chapter's ``amp_step``), then timed steps until the sample is long enough -> (ms per step, {"timed steps"})."""
-    import time
-
     from .measure import sample_long_enough
-    from .seeds import set_seed
 
     if len(batches) < 2:
         raise ValueError("step_round needs a warm-up batch and at least one batch to time")

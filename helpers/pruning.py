@@ -6,16 +6,16 @@ fails on torch >= 2.2: chapter 06). ``prune_round_to`` is Torch-Pruning alone, k
 
 from __future__ import annotations
 
+import copy
 import time
 import warnings
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Literal, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
 
-from .models import count_parameters
 from .seeds import set_seed
 from .step import train_step
 
@@ -27,13 +27,9 @@ class PruningError(ValueError):
 def check_sparsity(sparsity: float) -> float:
     """Return ``sparsity`` if it is a fraction strictly between 0 and 1, else raise PruningError."""
     if not isinstance(sparsity, (int, float)) or not 0.0 < float(sparsity) < 1.0:
-        raise PruningError(
-            f"sparsity must be a fraction between 0 and 1 (exclusive), e.g. 0.5 for 50%; got {sparsity!r}"
-        )
+        raise PruningError("sparsity must be a fraction between 0 and 1 (exclusive), e.g. 0.5 for 50%; "
+                           f"got {sparsity!r}")
     return float(sparsity)
-
-
-MaskSource = Literal["nni", "torch"]
 
 
 def nni_available() -> bool:
@@ -47,30 +43,26 @@ def nni_available() -> bool:
     return True
 
 
-def mask_source(source: str = "auto") -> MaskSource:
+def mask_source(source: str = "auto") -> str:
     """Which code computes the L1-norm masks: ``"nni"`` or ``"torch"`` (``"auto"``: NNI where it imports)."""
     if source == "auto":
         return "nni" if nni_available() else "torch"
     if source in ("nni", "torch"):
-        return source  # type: ignore[return-value]
+        return source
     raise PruningError(f"mask source must be 'auto', 'nni' or 'torch'; got {source!r}")
 
 
 def describe_mask_source(source: str) -> str:
     """One line naming the code behind ``source`` ("nni" or "torch") and, for "torch", why it runs."""
     if mask_source(source) == "nni":
-        try:
-            return f"NNI {metadata.version('nni')} L1NormPruner"
-        except metadata.PackageNotFoundError:
-            return "NNI L1NormPruner (NNI is not installed: computing the masks will fail)"
+        return f"NNI {metadata.version('nni')} L1NormPruner"
     why = ("chosen, NNI is installed too" if nni_available() else
            "NNI is not installed on this platform (its wheels are for x86-64 only)")
     return f"Torch-Pruning MagnitudeImportance(p=1), the same L1-norm rule: {why}"
 
 
-def nni_l1_masks(model: nn.Module, sparsity: float,
-                 op_types: Sequence[str] = ("Conv2d",)) -> dict[str, dict[str, torch.Tensor]]:
-    """NNI's L1NormPruner masks ``{layer name: {'weight': mask, 'bias': mask}}``; the model is left unchanged."""
+def nni_l1_masks(model: nn.Module, sparsity: float) -> dict[str, dict[str, torch.Tensor]]:
+    """NNI's L1NormPruner masks of every Conv2d, ``{layer: {'weight': mask, 'bias': mask}}``; the model unchanged."""
     sparsity = check_sparsity(sparsity)
     try:
         with warnings.catch_warnings():
@@ -82,115 +74,77 @@ def nni_l1_masks(model: nn.Module, sparsity: float,
             "environment (`make setup`) or `pip install nni==3.0`; elsewhere `torch_l1_masks` (or "
             "`prune(..., source='torch')`) applies the same L1-norm rule."
         ) from None
-    if not any(type(m).__name__ in op_types for m in model.modules()):
-        raise PruningError(f"the model has no layer of type {', '.join(op_types)} to prune")
-    pruner = L1NormPruner(model, [{"op_types": list(op_types), "sparse_ratio": sparsity}])
+    _convs(model)
+    pruner = L1NormPruner(model, [{"op_types": ["Conv2d"], "sparse_ratio": sparsity}])
     _, masks = pruner.compress()
     pruner.unwrap_model()
     return {name: {k: v.detach().clone() for k, v in m.items()} for name, m in masks.items()}
 
 
-def torch_l1_masks(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
-                   op_types: Sequence[str] = ("Conv2d",)) -> dict[str, dict[str, torch.Tensor]]:
+def torch_l1_masks(model: nn.Module, sparsity: float,
+                   example_inputs: torch.Tensor) -> dict[str, dict[str, torch.Tensor]]:
     """NNI's L1-norm rule from Torch-Pruning (``group_reduction="first"``: each layer's own filters, as NNI ranks
-    them): masks in ``nni_l1_masks``'s format, the ``int(filters * sparsity)`` smallest zeroed per layer."""
+    them): masks in ``nni_l1_masks``'s format, the ``int(filters * sparsity)`` smallest zeroed per Conv2d."""
     import torch_pruning as tp
 
     sparsity = check_sparsity(sparsity)
-    layers = {n: m for n, m in model.named_modules() if type(m).__name__ in op_types}
-    if not layers:
-        raise PruningError(f"the model has no layer of type {', '.join(op_types)} to prune")
-    handlers = {nn.Conv2d: tp.prune_conv_out_channels, nn.Linear: tp.prune_linear_out_channels}
-    unsupported = sorted({type(m).__name__ for m in layers.values() if type(m) not in handlers})
-    if unsupported:
-        raise PruningError(f"the Torch-Pruning mask rule handles Conv2d and Linear layers, not {', '.join(unsupported)}")
     l1 = tp.importance.MagnitudeImportance(p=1, group_reduction="first", normalizer=None)
     masks = {}
     with torch.enable_grad():  # the dependency graph is traced through autograd
         graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs)
-        for name, module in layers.items():
-            filters = module.weight.shape[0]
-            group = graph.get_pruning_group(module, handlers[type(module)], idxs=list(range(filters)))
-            norms = l1(group)
-            keep = torch.ones(filters, dtype=module.weight.dtype, device=module.weight.device)
-            keep[norms.topk(int(filters * sparsity), largest=False).indices] = 0.0
-            masks[name] = {"weight": keep.view(-1, *[1] * (module.weight.dim() - 1)).expand_as(module.weight).clone()}
-            if module.bias is not None:
+        for name, conv in _convs(model).items():
+            group = graph.get_pruning_group(conv, tp.prune_conv_out_channels, idxs=list(range(conv.out_channels)))
+            keep = torch.ones(conv.out_channels, dtype=conv.weight.dtype, device=conv.weight.device)
+            keep[l1(group).topk(int(conv.out_channels * sparsity), largest=False).indices] = 0.0
+            masks[name] = {"weight": keep.view(-1, 1, 1, 1).expand_as(conv.weight).clone()}
+            if conv.bias is not None:
                 masks[name]["bias"] = keep.clone()
     return masks
 
 
+def _convs(model: nn.Module) -> dict[str, nn.Conv2d]:
+    convs = {n: m for n, m in model.named_modules() if isinstance(m, nn.Conv2d)}
+    if not convs:
+        raise PruningError("the model has no layer of type Conv2d to prune")
+    return convs
+
+
 def zeroed_channels(masks: dict[str, dict[str, torch.Tensor]]) -> dict[str, list[int]]:
     """Output channels whose weight mask is entirely zero, per layer."""
-    out = {}
-    for name, m in masks.items():
-        w = m["weight"]
-        flat = w.reshape(w.shape[0], -1)
-        out[name] = [i for i in range(w.shape[0]) if not bool(flat[i].any())]
-    return out
-
-
-def remove_channels(model: nn.Module, channels: dict[str, list[int]], example_inputs: torch.Tensor) -> nn.Module:
-    """Physically remove the given output channels (and what depends on them), in place: optimizer after this."""
-    import torch_pruning as tp
-
-    modules = dict(model.named_modules())
-    missing = sorted(set(channels) - set(modules))
-    if missing:
-        raise PruningError(f"no layer named {', '.join(missing)} in the model")
-    with torch.enable_grad():  # the dependency graph is traced through autograd
-        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs)
-        for name, idxs in channels.items():
-            module = modules[name]
-            if not idxs:
-                continue
-            if len(idxs) >= module.weight.shape[0]:
-                raise PruningError(f"cannot remove all {module.weight.shape[0]} channels of {name}")
-            fn = tp.prune_conv_out_channels if isinstance(module, nn.Conv2d) else tp.prune_linear_out_channels
-            graph.get_pruning_group(module, fn, idxs=list(idxs)).prune()
-    return model
+    return {name: [i for i, row in enumerate(m["weight"].flatten(1)) if not row.any()] for name, m in masks.items()}
 
 
 @dataclass(frozen=True)
 class PruneReport:
-    """Parameter counts and channel counts before and after pruning."""
+    """Filters per pruned layer before and after."""
 
-    sparsity: float
-    params_before: int
-    params_after: int
     channels_before: dict[str, int]
     channels_after: dict[str, int]
-    mask_source: MaskSource | None = None  # None from ``prune_round_to``
-
-    @property
-    def reduction(self) -> float:
-        return 1.0 - self.params_after / self.params_before
 
 
-def prune(model: nn.Module, sparsity: float, example_inputs: torch.Tensor,
-          op_types: Sequence[str] = ("Conv2d",), source: str = "auto") -> PruneReport:
-    """L1-norm masks at ``sparsity`` for every ``op_types`` layer (from ``mask_source(source)``), then removal."""
+def prune(model: nn.Module, sparsity: float, example_inputs: torch.Tensor, source: str = "auto") -> PruneReport:
+    """L1-norm masks at ``sparsity`` for every Conv2d (from ``mask_source(source)``), then Torch-Pruning removes the
+    masked filters and what depends on them, in place: make the optimizer after this."""
+    import torch_pruning as tp
+
     sparsity = check_sparsity(sparsity)
-    source = mask_source(source)
-    before = count_parameters(model)
-    if source == "nni":
-        masks = nni_l1_masks(model, sparsity, op_types)
+    if mask_source(source) == "nni":
+        masks = nni_l1_masks(model, sparsity)
     else:
-        masks = torch_l1_masks(model, sparsity, example_inputs, op_types)
-    modules = dict(model.named_modules())
-    names = [n for n in modules if n in masks]  # the model's order, whichever order the masks came in
-    ch_before = {n: modules[n].weight.shape[0] for n in names}
-    remove_channels(model, zeroed_channels(masks), example_inputs)
-    modules = dict(model.named_modules())
-    ch_after = {n: modules[n].weight.shape[0] for n in names}
-    return PruneReport(sparsity, before, count_parameters(model), ch_before, ch_after, source)
+        masks = torch_l1_masks(model, sparsity, example_inputs)
+    convs = {n: m for n, m in _convs(model).items() if n in masks}
+    before = {n: m.out_channels for n, m in convs.items()}
+    with torch.enable_grad():  # the dependency graph is traced through autograd
+        graph = tp.DependencyGraph().build_dependency(model, example_inputs=example_inputs)
+        for name, idxs in zeroed_channels(masks).items():
+            if idxs:
+                graph.get_pruning_group(convs[name], tp.prune_conv_out_channels, idxs=idxs).prune()
+    return PruneReport(before, {n: m.out_channels for n, m in convs.items()})
 
 
 def try_nni_speedup(model: nn.Module, masks: dict[str, dict[str, torch.Tensor]],
                     example_inputs: torch.Tensor) -> str:
     """Run NNI's own ModelSpeedup on a copy of the model: 'ok' or the error it raises (why Torch-Pruning)."""
-    import copy
-
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -206,8 +160,6 @@ def kept_channels(channels: int, sparsity: float, round_to: int | None = None) -
     """Filters ``MetaPruner`` keeps of ``channels``: ``int(channels * (1 - sparsity))``, rounded down to a multiple of
     ``round_to`` (26 -> 24 with 8; below k: 0, which MetaPruner refuses)."""
     sparsity = check_sparsity(sparsity)
-    if channels < 1:
-        raise PruningError(f"channels must be a positive count; got {channels!r}")
     if round_to is not None and round_to < 1:
         raise PruningError(f"round_to must be a positive multiple, e.g. 8; got {round_to!r}")
     keep = int(channels * (1 - sparsity))
@@ -221,16 +173,13 @@ def prune_round_to(model: nn.Module, sparsity: float, example_inputs: torch.Tens
     import torch_pruning as tp
 
     sparsity = check_sparsity(sparsity)
-    convs = {n: m for n, m in model.named_modules() if isinstance(m, nn.Conv2d)}
-    if not convs:
-        raise PruningError("the model has no layer of type Conv2d to prune")
+    convs = _convs(model)
     ch_before = {n: m.out_channels for n, m in convs.items()}
     target = {n: kept_channels(c, sparsity, round_to) for n, c in ch_before.items()}
     empty = [f"{n} ({ch_before[n]} filters -> {k})" for n, k in target.items() if k < 1]
     if empty:
         raise PruningError(f"round_to={round_to} at {sparsity:.0%} would leave no filter in "
                            f"{', '.join(empty)}: choose a lower sparsity or a smaller round_to")
-    before = count_parameters(model)
     ignored = [m for m in model.modules() if isinstance(m, nn.Linear)]
     with torch.enable_grad():  # the dependency graph is traced through autograd
         pruner = tp.pruner.MetaPruner(model, example_inputs, importance=tp.importance.MagnitudeImportance(p=1),
@@ -239,7 +188,7 @@ def prune_round_to(model: nn.Module, sparsity: float, example_inputs: torch.Tens
     ch_after = {n: m.out_channels for n, m in convs.items()}
     if ch_after != target:  # the contract above; a newer Torch-Pruning that rounds otherwise must not go unnoticed
         raise PruningError(f"Torch-Pruning kept {ch_after} filters, expected {target}")
-    return PruneReport(sparsity, before, count_parameters(model), ch_before, ch_after)
+    return PruneReport(ch_before, ch_after)
 
 
 def zeros_pct(model: nn.Module, modules: Sequence[nn.Module], example_inputs: torch.Tensor) -> float:

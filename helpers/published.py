@@ -1,8 +1,5 @@
-"""Published reference numbers (data/published/*.csv): one sourced number per row, with its unit and hardware.
-
-The CSV files ship inside the package as ``helpers.published_data`` (pyproject.toml maps data/published/ to it),
-so they are found after ``pip install .`` too; chapters compare them as ratios, since the hardware differs.
-"""
+"""Published reference numbers (data/published/*.csv, shipped as ``helpers.published_data``): one sourced number per
+row, with its unit and hardware; chapters compare them as ratios, since the hardware differs."""
 
 from __future__ import annotations
 
@@ -12,8 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 DATA_PACKAGE = "helpers.published_data"
-CHECKOUT_DATA = Path(__file__).resolve().parent.parent / "data" / "published"
-"""The same files in a checkout, for a checkout used without installing it (only on ``PYTHONPATH``)."""
+CHECKOUT_DATA = Path(__file__).resolve().parent.parent / "data" / "published"  # a checkout used on PYTHONPATH
 
 
 @dataclass(frozen=True)
@@ -37,25 +33,19 @@ def _data_dir():
     except ModuleNotFoundError:
         if CHECKOUT_DATA.is_dir():   # a checkout on PYTHONPATH: the package mapping exists only after an install
             return CHECKOUT_DATA
-        raise FileNotFoundError(
-            f"The published numbers ({DATA_PACKAGE}) are not installed with helpers. Reinstall the "
-            "course package from its repository: `make setup` (or `pip install .`)."
-        ) from None
+        raise FileNotFoundError(f"The published numbers ({DATA_PACKAGE}) are not installed with helpers. Reinstall the "
+                                "course package from its repository: `make setup` (or `pip install .`).") from None
 
 
-def load(name: str = "book", directory: Path | None = None) -> list[Number]:
-    """All rows of ``data/published/<name>.csv`` ('book', 'arc_blog', 'dlprimitives'); ``directory``: another folder."""
-    folder = Path(directory) if directory is not None else _data_dir()
+def load(name: str = "book") -> list[Number]:
+    """All rows of ``data/published/<name>.csv`` ('book', 'arc_blog', 'dlprimitives')."""
+    folder = _data_dir()
     path = folder / f"{name}.csv"
     if not path.is_file():
         names = sorted(p.name[:-4] for p in folder.iterdir() if p.name.endswith(".csv")) if folder.is_dir() else []
         raise FileNotFoundError(f"No published table {name!r} in {folder}; available: {', '.join(names) or 'none'}.")
     with path.open(newline="") as f:
-        return [
-            Number(r["source"], int(r["chapter"]), r["experiment"], r["variant"], r["metric"],
-                   float(r["value"]), r["unit"], r["hardware"], r["note"])
-            for r in csv.DictReader(f)
-        ]
+        return [Number(**{**r, "chapter": int(r["chapter"]), "value": float(r["value"])}) for r in csv.DictReader(f)]
 
 
 def select(rows: list[Number], **where: object) -> list[Number]:

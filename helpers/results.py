@@ -13,6 +13,7 @@ from typing import Any, Iterable, Sequence
 
 from . import run_sizes, system
 from .files import atomic_write_text
+from .locks import hold
 from .verdict import hodges_lehmann
 
 
@@ -52,34 +53,14 @@ class Row:
     values: list[float] = field(default_factory=list)
     version: int = SCHEMA_VERSION
 
-    @property
-    def spread(self) -> float:
-        """(max - min) / median: how far apart the repeats were (0 for one repeat)."""
-        return (self.max - self.min) / self.median if self.median else 0.0
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-def _context(fingerprint: dict[str, Any] | None, profile: str | None, data: str | None) -> dict[str, Any]:
-    """Fill in the machine, profile and data source that every row carries."""
-    if fingerprint is None:
-        fingerprint = {**system.fingerprint(), "machine_id": system.machine_id()}
-    profile = run_sizes.current_profile() if profile is None else profile
-    data = run_sizes.data_source() if data is None else data
-    versions = dict(fingerprint.get("versions", {})) if isinstance(fingerprint.get("versions"), dict) else {}
-    return {"fingerprint": fingerprint, "versions": versions, "profile": profile, "data": data}
-
 
 def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]], *, metric: str, unit: str,
               baseline: str | None = None, lower_is_better: bool = True,
               published: dict[str, float] | None = None, published_source: str | None = None,
               fingerprint: dict[str, Any] | None = None, profile: str | None = None, data: str | None = None,
               extra: dict[str, dict[str, Any]] | None = None) -> list[Row]:
-    """Rows for one experiment, ``values``: each variant's repeated measurements; ``published``: published values
-    of the same metric per variant. ``ratio``: the verdict's Hodges-Lehmann estimate of the paired per-round ratios
-    against ``baseline``, else the ratio of the medians."""
+    """Rows for one experiment, ``values``: each variant's repeated measurements; ``ratio``: the Hodges-Lehmann
+    estimate of the paired per-round ratios against ``baseline`` (unpaired: the ratio of the medians)."""
     if not values:
         raise ValueError("make_rows needs at least one variant")
     if baseline is not None and baseline not in values:
@@ -87,12 +68,17 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
     empty = [k for k, v in values.items() if len(v) == 0]
     if empty:
         raise ValueError(f"no measurements for {empty}")
-    ctx = _context(fingerprint, profile, data)
+    if fingerprint is None:
+        fingerprint = {**system.fingerprint(), "machine_id": system.machine_id()}
+    versions = fingerprint.get("versions")
+    ctx = {"fingerprint": fingerprint, "versions": dict(versions) if isinstance(versions, dict) else {},
+           "profile": run_sizes.current_profile() if profile is None else profile,
+           "data": run_sizes.data_source() if data is None else data,
+           "time": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     medians = {k: _median(v) for k, v in values.items()}
-    pub = published or {}
-    rows = []
+    pub, rows = published or {}, []
+    base_vals = values.get(baseline) if baseline else None
     for variant, vals in values.items():
-        base_vals = values.get(baseline) if baseline else None
         if base_vals is not None and len(base_vals) == len(vals):
             per_round = [_ratio(b, v, lower_is_better) for b, v in zip(base_vals, vals)]
             ratio = (hodges_lehmann(per_round) if all(r and r > 0 for r in per_round)
@@ -106,20 +92,18 @@ def make_rows(chapter: str, experiment: str, values: dict[str, Sequence[float]],
                         median=medians[variant], min=float(min(vals)), max=float(max(vals)), repeats=len(vals),
                         lower_is_better=lower_is_better, baseline=baseline, ratio=ratio, published=p,
                         published_ratio=pub_ratio, published_source=published_source if p is not None else None,
-                        time=_now(), extra=dict((extra or {}).get(variant, {})), values=[float(v) for v in vals],
-                        **ctx))
+                        extra=dict((extra or {}).get(variant, {})), values=[float(v) for v in vals], **ctx))
     return rows
 
 
 def rows_from_results(chapter: str, experiment: str, results: Iterable[Any], *, baseline: str | None = None,
                       metric: str = "epoch_time", unit: str = "s", quality: Sequence[tuple[str, str]] = (),
-                      published: dict[str, float] | None = None, published_source: str | None = None,
                       **context: Any) -> list[Row]:
-    """Rows from ``helpers.measure.Result`` objects: the samples as ``metric`` rows (lower is better), and each
-    ``(metric, unit)`` of ``quality`` (e.g. ``("accuracy", "%")``) from ``result.metrics``, higher is better."""
+    """Rows from ``helpers.measure.Result`` objects: the samples as ``metric`` rows (lower is better), each ``(metric,
+    unit)`` of ``quality`` from ``result.metrics`` (higher is better); ``context``: ``make_rows``'s other options."""
     results = list(results)
     rows = make_rows(chapter, experiment, {r.name: list(r.samples) for r in results}, metric=metric, unit=unit,
-                     baseline=baseline, published=published, published_source=published_source, **context,
+                     baseline=baseline, **context,
                      extra={r.name: {"warmup_median": _median(r.warmup)} if getattr(r, "warmup", None) else {}
                             for r in results})
     ctx = {k: rows[0].__dict__[k] for k in ("fingerprint", "profile", "data")}
@@ -148,28 +132,19 @@ CHECKOUT = Path(__file__).resolve().parent.parent  # the course's checkout when 
 
 
 def results_dir() -> Path:
-    """Where rows go: ``$COURSE_RESULTS``, else ``results/`` of the nearest folder above the working directory with a
-    ``pyproject.toml``, else of the checkout helpers is installed from (a chapter working in /tmp), else here."""
+    """Where rows go: ``$COURSE_RESULTS``, else ``results/`` of the project we are in, or helpers' checkout, or here."""
     env = os.environ.get("COURSE_RESULTS", "").strip()
     if env:
         return Path(env)
     here = Path.cwd().resolve()
-    for folder in (here, *here.parents):
-        if (folder / "pyproject.toml").exists():
-            return folder / "results"
-    if (CHECKOUT / "pyproject.toml").exists() and (CHECKOUT / "notebooks").is_dir():
-        return CHECKOUT / "results"
-    return here / "results"
+    checkout = CHECKOUT if (CHECKOUT / "pyproject.toml").exists() and (CHECKOUT / "notebooks").is_dir() else here
+    return next((f for f in (here, *here.parents) if (f / "pyproject.toml").exists()), checkout) / "results"
 
 
 def append_rows(rows: Sequence[Row], path: Path | str | None = None) -> Path:
-    """Add ``rows`` to a JSON Lines file (default ``results_dir()/rows.jsonl``) in one write, under an exclusive lock."""
-    import fcntl
-
+    """Add ``rows`` to a JSON Lines file (default ``results_dir()/rows.jsonl``) in one write, under ``<file>.lock``."""
     path = Path(path) if path is not None else results_dir() / ROWS_FILE
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX)  # released when the file closes
+    with hold(f"{path}.lock", wait=None, what=f"the results file {path}"), open(path, "a", encoding="utf-8") as f:
         f.write(_lines(rows))
         f.flush()
         os.fsync(f.fileno())
@@ -207,8 +182,7 @@ def read_rows(path: Path | str) -> list[Row]:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
+            rows.append(row_from_dict(json.loads(line)))
         except json.JSONDecodeError as exc:
             raise ResultsFormatError(f"{path.name} line {n} is not JSON ({exc.msg})") from None
-        rows.append(row_from_dict(d))
     return rows

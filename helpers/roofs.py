@@ -1,6 +1,5 @@
-"""This device's ceilings, measured with torch operations alone: ``measure_roofs`` gives matmul FLOP/s, bandwidth
-per working set, per-op overhead (and on a GPU launch latency and host-to-device rates), each a ``Roof`` over
-rounds sized by ``COURSE_PROFILE``; ``matmul_peak`` serves ``bench``. docs/diagnosis.md says what each means."""
+"""This device's ceilings from torch operations alone (``measure_roofs``): matmul FLOP/s, bandwidth per working set,
+per-op overhead, on a GPU launch latency and host-to-device rates; ``matmul_peak`` serves ``bench``."""
 
 from __future__ import annotations
 
@@ -19,7 +18,6 @@ from .tables import Table
 
 MATH_MODES: dict[str, torch.dtype] = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16,
                                       "fp16": torch.float16}
-KINDS: tuple[str, ...] = ("read", "write", "triad")
 MIB = 1 << 20
 
 
@@ -70,7 +68,7 @@ def math_mode(device: torch.device | str, autocast: torch.dtype | None = None) -
 
 def matmul_peak(device: torch.device | str = "cpu", mode: str = "fp32", n: int | None = None,
                 repeats: int = 5) -> MatmulPeak:
-    """The best (not median) n x n matmul FLOP/s in ``mode`` (n: 1024 on a CPU, else 8192); only ``tf32`` allows TF32."""
+    """The best (not median) n x n matmul FLOP/s in ``mode`` (n: 1024 on a CPU, else 8192); only ``tf32`` uses TF32."""
     if mode not in MATH_MODES:
         raise ValueError(f"unknown math mode {mode!r}; use one of {', '.join(MATH_MODES)}")
     device = torch.device(device)
@@ -122,7 +120,7 @@ def cache_levels(device: torch.device | str = "cpu") -> dict[str, int]:
 def bandwidth(device: torch.device | str, nbytes: int, dtype: torch.dtype = torch.float32, rounds: int = 3,
               seconds: float = 0.01) -> dict[str, Roof]:
     """Read (sum), write (fill) and triad (a = b + 2c) bandwidth in bytes/s on a working set of ``nbytes``."""
-    size = torch.tensor([], dtype=dtype).element_size()
+    size = dtype.itemsize
     n = max(3, nbytes // size // 3 * 3)
     buf = torch.ones(n, device=device, dtype=dtype)
     a, b, c = buf.chunk(3)
@@ -154,8 +152,7 @@ class Roofs:
     notes: list[str] = field(default_factory=list)
 
     def memory_roof(self, nbytes: float, kind: str = "triad") -> tuple[str, Roof]:
-        """The smallest level whose capacity holds ``nbytes``, and the best ``kind`` roof there or further out (a
-        cache is never slower than DRAM; a round that other processes stalled can make it look so)."""
+        """The smallest level holding ``nbytes``, and the best ``kind`` roof there or further out (never below DRAM)."""
         levels = list(self.bandwidth)
         i = next((n for n, lv in enumerate(levels) if nbytes <= self.capacity.get(lv, 0)), len(levels) - 1)
         return levels[i], max((self.bandwidth[lv][kind] for lv in levels[i:]), key=lambda r: r.best)

@@ -22,10 +22,8 @@ def normalize(name: str | None) -> str:
     """A profile name as the course spells it (case and spaces ignored, empty: the default); else ProfileError."""
     value = (name or "").strip().lower() or DEFAULT_PROFILE
     if value not in PROFILES:
-        raise ProfileError(
-            f"COURSE_PROFILE={name!r} is not a known profile. "
-            f"Use one of {', '.join(PROFILES)}, e.g. `export COURSE_PROFILE=smoke`."
-        )
+        raise ProfileError(f"COURSE_PROFILE={name!r} is not a known profile. "
+                           f"Use one of {', '.join(PROFILES)}, e.g. `export COURSE_PROFILE=smoke`.")
     return value
 
 
@@ -46,22 +44,18 @@ def data_source(profile: str | None = None) -> str:
         chosen = current_profile() if profile is None else normalize(profile)
         return "standin" if chosen == "smoke" else "real"
     if value not in DATA_SOURCES:
-        raise ProfileError(
-            f"COURSE_DATA={value!r} is not a known data source. "
-            f"Use one of {', '.join(DATA_SOURCES)}."
-        )
+        raise ProfileError(f"COURSE_DATA={value!r} is not a known data source. "
+                           f"Use one of {', '.join(DATA_SOURCES)}.")
     return value
 
 
-OPTIONAL_VALUES: dict[str, bool] = {"1": True, "true": True, "yes": True, "on": True,
-                                     "0": False, "false": False, "no": False, "off": False}
+OPTIONAL_VALUES: dict[str, bool] = {**dict.fromkeys(("1", "true", "yes", "on"), True),
+                                     **dict.fromkeys(("0", "false", "no", "off"), False)}
 
 
 def optional_parts() -> bool:
     """Whether the chapters run their optional parts: ``COURSE_OPTIONAL`` unset/1/true/yes/on, or 0/false/no/off."""
-    value = os.environ.get("COURSE_OPTIONAL", "").strip().lower()
-    if not value:
-        return True
+    value = os.environ.get("COURSE_OPTIONAL", "").strip().lower() or "1"
     if value not in OPTIONAL_VALUES:
         raise ProfileError(f"COURSE_OPTIONAL={value!r} is not understood. Use 1 (run the optional parts) or 0 (skip them).")
     return OPTIONAL_VALUES[value]

@@ -1,9 +1,9 @@
-"""The machine a result was measured on: CPU topology and flags, the OpenMP runtimes loaded, library versions,
-``fingerprint`` (stored with every result row), ``env_report`` (a chapter's first line) and the private
-``machine_id``. Reading it needs no torch until a function asks for versions."""
+"""The machine a result was measured on: CPU topology and flags, OpenMP runtimes, library versions, ``fingerprint``
+(stored with every result row), ``env_report`` (a chapter's first line) and the private ``machine_id``."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -17,8 +17,8 @@ from pathlib import Path
 from .files import atomic_write_text
 
 _SYS_CPU = Path("/sys/devices/system/cpu")
-_MKL_LINE = re.compile(r"Math Kernel Library Version\s+(\d[\w.]*)")
-_ONEDNN_LINE = re.compile(r"(?:MKL-DNN|oneDNN)\s+v?(\d+(?:\.\d+)+)")
+_BUILD_LINES = {"mkl": re.compile(r"Math Kernel Library Version\s+(\d[\w.]*)"),
+                "onednn": re.compile(r"(?:MKL-DNN|oneDNN)\s+v?(\d+(?:\.\d+)+)")}
 
 
 @dataclass(frozen=True)
@@ -96,12 +96,10 @@ def topology(sys_cpu: Path = _SYS_CPU) -> Topology:
         allowed = sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         allowed = list(range(os.cpu_count() or 1))
-    cpus = []
-    for cpu in allowed:
-        topo = sys_cpu / f"cpu{cpu}" / "topology"
-        core = _read_int(topo / "core_id", default=cpu)
-        cpus.append(LogicalCPU(cpu, core, _read_int(topo / "physical_package_id", default=0)))
-    if not (sys_cpu / "cpu0" / "topology").exists():
+    if (sys_cpu / "cpu0" / "topology").exists():
+        cpus = [LogicalCPU(cpu, _read_int(sys_cpu / f"cpu{cpu}/topology/core_id", default=cpu),
+                           _read_int(sys_cpu / f"cpu{cpu}/topology/physical_package_id")) for cpu in allowed]
+    else:
         import psutil
 
         physical = psutil.cpu_count(logical=False) or len(allowed)
@@ -113,8 +111,7 @@ def topology(sys_cpu: Path = _SYS_CPU) -> Topology:
 
 
 def cpu_bf16_support(flags: frozenset[str] | None = None) -> dict[str, bool]:
-    """Which bf16 features the CPU has: ``native_bf16`` (AVX512_BF16 or AMX: fast bf16 math), ``amx``,
-    ``ipex_bf16_prepack`` (AVX-512 BW/VL/DQ or AVX-NE-CONVERT, which IPEX's bf16 prepacking asserts), ``avx2``, ``avx512``."""
+    """The CPU's bf16 features: ``native_bf16`` (AVX512_BF16 or AMX), ``amx``, ``ipex_bf16_prepack`` (AVX-512), ..."""
     flags = topology().flags if flags is None else flags
     avx512 = {"avx512bw", "avx512vl", "avx512dq"} <= flags
     return {"native_bf16": bool({"avx512_bf16", "amx_bf16"} & flags), "amx": "amx_bf16" in flags,
@@ -151,14 +148,9 @@ def library_versions() -> dict[str, str]:
 
 
 def build_versions(config: str) -> dict[str, str]:
-    """MKL and oneDNN versions named in ``torch.__config__.show()`` text, e.g. ``{"mkl": "2024.2", "onednn": "3.7.1"}``."""
-    found = {}
-    for line in config.splitlines():
-        if "mkl" not in found and (m := _MKL_LINE.search(line)):
-            found["mkl"] = m.group(1)
-        elif "onednn" not in found and (m := _ONEDNN_LINE.search(line)):
-            found["onednn"] = m.group(1)
-    return found
+    """MKL and oneDNN versions in ``torch.__config__.show()`` text, e.g. ``{"mkl": "2024.2", "onednn": "3.7.1"}``."""
+    found = {key: _BUILD_LINES[key].search(config) for key in _BUILD_LINES}
+    return {key: match.group(1) for key, match in found.items() if match}
 
 
 DIST_NAME = "accelerate-course-helpers"
@@ -175,31 +167,21 @@ def platform_label(plat: dict[str, object]) -> str:
     return PLATFORM_LABELS.get((system, machine), f"{system} {machine}".strip() or "unknown platform")
 
 
-def marker_environment(system: str | None = None, machine: str | None = None) -> dict[str, str]:
-    """This Python's marker environment as it reads on ``system``/``machine`` (when given)."""
-    from packaging.markers import default_environment
-
-    env = dict(default_environment())
-    if system is not None:
-        env.update(platform_system=system, sys_platform=SYS_PLATFORMS.get(system, system.lower()),
-                   os_name="nt" if system == "Windows" else "posix")
-    if machine is not None:
-        env["platform_machine"] = machine
-    return env
-
-
 def left_out_pins(system: str | None = None, machine: str | None = None, dist: str = DIST_NAME) -> list[str]:
     """The course's pins whose environment markers leave them out on this (or that) platform; extras not counted."""
+    from packaging.markers import default_environment
     from packaging.requirements import Requirement
 
     try:
         reqs = metadata.requires(dist) or []
     except metadata.PackageNotFoundError:
         return []
-    env = {**marker_environment(system, machine), "extra": ""}
-    out = {r.name for r in map(Requirement, reqs)
-           if r.marker is not None and "extra" not in str(r.marker) and not r.marker.evaluate(env)}
-    return sorted(out)
+    system, machine = system or platform.system(), machine or platform.machine()
+    env = {**default_environment(), "platform_system": system, "platform_machine": machine, "extra": "",
+           "sys_platform": SYS_PLATFORMS.get(system, system.lower()),
+           "os_name": "nt" if system == "Windows" else "posix"}
+    return sorted({r.name for r in map(Requirement, reqs)
+                   if r.marker is not None and "extra" not in str(r.marker) and not r.marker.evaluate(env)})
 
 
 def _accelerators() -> list[str]:
@@ -219,7 +201,8 @@ def fingerprint() -> dict[str, object]:
     topo = topology()
     return {"cpu_model": topo.model, "sockets": topo.sockets, "physical_cores": topo.physical_cores,
             "logical_cores": topo.logical_cores, "threads_per_core": topo.threads_per_core,
-            "numa_nodes": topo.numa_nodes, "bf16": cpu_bf16_support(topo.flags), "torch_threads": torch.get_num_threads(),
+            "numa_nodes": topo.numa_nodes, "bf16": cpu_bf16_support(topo.flags),
+            "torch_threads": torch.get_num_threads(),
             "openmp": [rt["library"] for rt in openmp_runtimes()], "accelerators": _accelerators(),
             "os": f"{platform.system()} {platform.release()}", "versions": library_versions()}
 
@@ -243,31 +226,24 @@ def cache_dir() -> Path:
 
 def _machine_identity() -> str:
     for source in ("/etc/machine-id", "/var/lib/dbus/machine-id"):
-        try:
-            text = Path(source).read_text().strip()
-        except OSError:
-            continue
-        if text:
-            return text
+        with contextlib.suppress(OSError):
+            if text := Path(source).read_text().strip():
+                return text
     import uuid
 
     return str(uuid.getnode())  # the network hardware address, where there is no machine-id
 
 
 def machine_id(cache: Path | str | None = None) -> str:
-    """A short hash naming this machine without revealing it: ``sha256(salt | machine-id | host name)``, the salt
-    made once and kept in ``cache`` (default ``cache_dir()``), so machines sharing a home folder still differ."""
-    folder = Path(cache) if cache is not None else cache_dir()
-    salt_file = folder / "machine-salt"
+    """A short hash naming this machine privately: ``sha256(salt | machine-id | host name)``, salt kept in ``cache``."""
+    salt_file = (Path(cache) if cache is not None else cache_dir()) / "machine-salt"
     try:
         salt = salt_file.read_text().strip()
     except OSError:
         salt = ""
     if not salt:
         salt = secrets.token_hex(16)
-        try:
+        with contextlib.suppress(OSError):  # a read-only home: the id still works for this process
             atomic_write_text(salt_file, salt + "\n")
-        except OSError:  # a read-only home: the id still works for this process
-            pass
     digest = hashlib.sha256(f"{salt}|{_machine_identity()}|{socket.gethostname()}".encode()).hexdigest()
     return digest[:16]

@@ -1,12 +1,11 @@
 """Small result tables that print as aligned text, render as HTML and Markdown in notebooks and write CSV: every
-module that reports numbers uses ``Table``, so a table looks the same everywhere (no pandas: a table is small)."""
+module that reports numbers uses ``Table``, so a table looks the same everywhere."""
 
 from __future__ import annotations
 
 import csv
 import html
 import io
-from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 
@@ -83,11 +82,9 @@ class Table:
         return f"<table>{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>{foot}"
 
     def _repr_markdown_(self) -> str:
-        parts = [f"**{self.title}**", ""] if self.title else []
-        parts.append(self.to_markdown())
-        if self.note:
-            parts += ["", f"*{self.note}*"]
-        return "\n".join(parts)
+        title = [f"**{self.title}**", ""] if self.title else []
+        note = ["", f"*{self.note}*"] if self.note else []
+        return "\n".join([*title, self.to_markdown(), *note])
 
     def to_markdown(self) -> str:
         def cell(text: str) -> str:  # a '|' inside a value would split the column
@@ -97,11 +94,7 @@ class Table:
         lines += ["| " + " | ".join(cell(fmt(v)) for v in row) + " |" for row in self.rows]
         return "\n".join(lines)
 
-    def to_csv(self, path: Path | str | None = None) -> str:
+    def to_csv(self) -> str:
         buf = io.StringIO()
-        writer = csv.writer(buf)
-        writer.writerow(self.columns)
-        writer.writerows(self.rows)
-        if path is not None:
-            Path(path).write_text(buf.getvalue())
+        csv.writer(buf).writerows([self.columns, *self.rows])
         return buf.getvalue()

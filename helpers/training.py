@@ -1,17 +1,20 @@
-"""Train and evaluate: ``train`` runs timed epochs through ``step.train_step`` (autocast, GradScaler,
-torch.compile as options) with a tqdm bar (``TQDM_DISABLE=1`` hides it), writing checkpoints it resumes from,
-mid-epoch too, and saving one on Ctrl-C (docs/running.md); ``evaluate`` scores a model in eval mode."""
+"""Train and evaluate: ``train`` runs timed epochs through ``step.train_step`` with a tqdm bar, writing checkpoints it
+resumes from, mid-epoch too, and one on Ctrl-C (docs/running.md); ``evaluate`` scores a model in eval mode."""
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import math
+import operator
 import os
 import signal
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from types import SimpleNamespace
+from typing import Any, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -22,7 +25,7 @@ from .step import LossFn, train_step
 
 
 class StopTraining(Exception):
-    """Raised by a ``stop_after`` hook to simulate an interruption (used by tests)."""
+    """A simulated interruption (the DDP loop's ``stop_after``)."""
 
 
 @dataclass
@@ -53,53 +56,42 @@ def set_loader_epoch(loader: Iterable, epoch: int, start: int) -> bool:
         return False
 
 
-class _CtrlC:
+@contextlib.contextmanager
+def _ctrl_c() -> Iterator[SimpleNamespace]:
     """Ctrl-C as a request: ``requested`` turns True (a second Ctrl-C stops at once); off the main thread, nothing."""
+    asked = SimpleNamespace(requested=False)
 
-    def __init__(self) -> None:
-        self.requested = False
-        self._old: Any = None
-
-    def _on_sigint(self, signum: int, frame: Any) -> None:
-        if self.requested:
+    def on_sigint(signum: int, frame: Any) -> None:
+        if asked.requested:
             raise KeyboardInterrupt
-        self.requested = True
+        asked.requested = True
 
-    def __enter__(self) -> "_CtrlC":
-        if threading.current_thread() is threading.main_thread():
-            self._old = signal.signal(signal.SIGINT, self._on_sigint)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._old is not None:
-            signal.signal(signal.SIGINT, self._old)
+    main = threading.current_thread() is threading.main_thread()
+    old = signal.signal(signal.SIGINT, on_sigint) if main else None
+    try:
+        yield asked
+    finally:
+        if old is not None:
+            signal.signal(signal.SIGINT, old)
 
 
 def _progress_bar(loader: Iterable, epochs: int, max_steps_per_epoch: int | None, desc: str, show: bool) -> Any:
     """A tqdm.auto bar over every step of the run."""
     from tqdm.auto import tqdm
 
-    try:
-        steps_per_epoch: int | None = len(loader)  # type: ignore[arg-type]
-    except TypeError:
-        steps_per_epoch = None
-    if max_steps_per_epoch is not None and steps_per_epoch is not None:
-        steps_per_epoch = min(steps_per_epoch, max_steps_per_epoch)
-    total = steps_per_epoch * epochs if steps_per_epoch is not None else None
+    limit = math.inf if max_steps_per_epoch is None else max_steps_per_epoch
+    steps_per_epoch = min(operator.length_hint(loader), limit)  # 0: not known
     # tqdm's notebook bar ignores TQDM_DISABLE, so honour it here (CI and committed runs set it)
     off = not show or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
-    bar = tqdm(total=total, desc=desc, unit="step", disable=off)
-    bar.steps_per_epoch = steps_per_epoch or 0
+    bar = tqdm(total=steps_per_epoch * epochs or None, desc=desc, unit="step", disable=off)
+    bar.steps_per_epoch = steps_per_epoch
     return bar
 
 
 def _epoch_batches(loader: Iterable, epoch: int, skip: int) -> Iterable:
-    """The batches of ``epoch`` from batch ``skip`` on (the sampler skips ahead, or the batches are drawn and dropped)."""
-    if not skip:
-        set_loader_epoch(loader, epoch, 0)
-        return iter(loader)
+    """The batches of ``epoch`` from batch ``skip`` on (the sampler skips ahead, or batches are drawn and dropped)."""
     batch_size = getattr(loader, "batch_size", None) or 1
-    if set_loader_epoch(loader, epoch, skip * batch_size):
+    if set_loader_epoch(loader, epoch, skip * batch_size) or not skip:
         return iter(loader)
     return itertools.islice(iter(loader), skip, None)
 
@@ -107,40 +99,32 @@ def _epoch_batches(loader: Iterable, epoch: int, skip: int) -> Iterable:
 def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, loss_fn: LossFn, *,
           epochs: int, device: torch.device | str = "cpu", autocast_dtype: torch.dtype | None = None,
           grad_scaler: bool = False, compile: bool | str = False, max_steps_per_epoch: int | None = None,
-          checkpoint: Path | str | None = None, checkpoint_every: int = 0, resume: bool = True,
-          progress: bool = True, stop_after: int | None = None, desc: str = "train",
-          write_checkpoints: bool = True) -> TrainResult:
-    """Train ``model`` for ``epochs`` epochs and return per-epoch times and losses.
-
-    ``compile``: True or a mode name; ``checkpoint``: written every ``checkpoint_every`` steps, each epoch's end and on
-    Ctrl-C, resumed from; ``stop_after``: raise StopTraining after that many steps; ``write_checkpoints=False``: DDP."""
+          checkpoint: Path | str | None = None, checkpoint_every: int = 0,
+          progress: bool = True, desc: str = "train") -> TrainResult:
+    """Train ``model`` for ``epochs`` epochs; ``compile``: True or a mode name; ``checkpoint``: written every
+    ``checkpoint_every`` steps, at each epoch's end and on Ctrl-C, and resumed from."""
     if epochs < 1:
         raise ValueError("epochs must be >= 1")
     device = torch.device(device)
     model.to(device)
-    step_model: nn.Module = model
-    if compile:
-        step_model = torch.compile(model, mode=None if compile is True or compile == "default" else str(compile))
+    mode = None if compile is True or compile == "default" else str(compile)
+    step_model: nn.Module = torch.compile(model, mode=mode) if compile else model
     scaler = torch.amp.GradScaler(device.type) if grad_scaler else None
-    state = fresh_progress()
-    result = TrainResult()
-    if checkpoint is not None and resume and Path(checkpoint).exists():
-        state = restore(checkpoint, model, optimizer, scaler=scaler, device=device)
-        result.resumed_from = (state["epoch"], state["batch"])
+    resumed = checkpoint is not None and Path(checkpoint).exists()
+    state = restore(checkpoint, model, optimizer, scaler=scaler, device=device) if resumed else fresh_progress()
     # the result's lists are the checkpoint's: resumed epochs included, saved with every snapshot
-    result.epoch_times, result.epoch_losses, result.data_wait = state["epoch_times"], state["epoch_losses"], \
-        state["data_wait"]
+    result = TrainResult(state["epoch_times"], state["epoch_losses"], state["data_wait"],
+                         resumed_from=(state["epoch"], state["batch"]) if resumed else None)
 
     def snapshot(epoch: int, batch: int) -> None:
-        if checkpoint is not None and write_checkpoints:
+        if checkpoint is not None:
             save_checkpoint(checkpoint, training_state(model, optimizer, {**state, "epoch": epoch, "batch": batch},
                                                        scaler=scaler, device=device))
 
     bar = _progress_bar(loader, epochs, max_steps_per_epoch, desc, progress)
     bar.update(state["epoch"] * bar.steps_per_epoch + state["batch"])
-    calls = 0
     non_blocking = device.type in ("cuda", "xpu")
-    with _CtrlC() as ctrl_c:
+    with _ctrl_c() as ctrl_c:
         try:
             for epoch in range(state["epoch"], epochs):
                 model.train()
@@ -162,7 +146,6 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
                     running += loss.detach().float()
                     batch += 1
                     state["step"] += 1
-                    calls += 1
                     bar.update(1)
                     if checkpoint_every and state["step"] % checkpoint_every == 0 or ctrl_c.requested:
                         state["loss_sum"] += float(running)
@@ -171,8 +154,6 @@ def train(model: nn.Module, loader: Iterable, optimizer: torch.optim.Optimizer, 
                     if ctrl_c.requested:
                         where = f" (checkpoint saved in {checkpoint})" if checkpoint is not None else ""
                         raise KeyboardInterrupt(f"training interrupted at epoch {epoch}, batch {batch}{where}")
-                    if stop_after is not None and calls >= stop_after:
-                        raise StopTraining(f"stopped after {calls} steps (epoch {epoch}, batch {batch})")
                     asked = time.perf_counter()
                 devices.synchronize(device)
                 state["loss_sum"] += float(running)
@@ -196,7 +177,7 @@ def evaluate(model: nn.Module, loader: Iterable, loss_fn: LossFn | None = None, 
     was_training = model.training
     model.eval()
     correct: list[bool] = []
-    count, loss_total = 0, 0.0
+    loss_total = 0.0
     try:
         for inputs, targets in loader:
             inputs, targets = inputs.to(device), targets.to(device)
@@ -204,9 +185,8 @@ def evaluate(model: nn.Module, loader: Iterable, loss_fn: LossFn | None = None, 
                 out = model(inputs)
                 loss_total += float(loss_fn(out.float(), targets)) * len(targets)
             correct += (out.argmax(1) == targets).tolist()
-            count += len(targets)
     finally:
         model.train(was_training)
-    if count == 0:
+    if not correct:
         raise ValueError("evaluate() got an empty loader")
-    return {"accuracy": 100.0 * sum(correct) / count, "loss": loss_total / count, "correct": correct}
+    return {"accuracy": 100.0 * sum(correct) / len(correct), "loss": loss_total / len(correct), "correct": correct}

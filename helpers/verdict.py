@@ -1,10 +1,10 @@
-"""The course's one comparison rule: ``verdict`` turns paired per-round values of a baseline and a
-variant into the Hodges-Lehmann ratio, its exact signed-rank interval, one word ("faster", "slower"
-or "no measurable difference") and the smallest effect the run could have seen (``detectable``).
-Pure arithmetic on plain numbers; the reasoning and measured noise are in docs/measurement.md."""
+"""The course's one comparison rule: ``verdict`` turns paired per-round values of a baseline and a variant into the
+Hodges-Lehmann ratio, its exact signed-rank interval, one word ("faster", "slower" or "no measurable difference")
+and the smallest effect the run could have seen (``detectable``). Pure arithmetic; see docs/measurement.md."""
 
 from __future__ import annotations
 
+import itertools
 import math
 import statistics
 from dataclasses import dataclass
@@ -19,35 +19,16 @@ NO_DIFFERENCE = "no measurable difference"
 
 
 @lru_cache(maxsize=None)
-def _signed_rank_cdf(n: int) -> tuple[float, ...]:
-    """P(T+ <= t) for t = 0..n(n+1)/2 under the null (exact, by counting sign patterns)."""
-    counts = [1]
-    for k in range(1, n + 1):
-        grown = [0] * (len(counts) + k)
-        for t, c in enumerate(counts):
-            grown[t] += c
-            grown[t + k] += c
-        counts = grown
-    acc, out = 0, []
-    for c in counts:
-        acc += c
-        out.append(acc / 2 ** n)
-    return tuple(out)
-
-
 def _critical_rank(n: int, confidence: float) -> int:
-    """The largest c with P(T+ <= c) <= (1 - confidence) / 2, or -1 when none exists."""
-    c = -1
-    for t, p in enumerate(_signed_rank_cdf(n)):
-        if p > (1 - confidence) / 2:
-            break
-        c = t
-    return c
+    """The largest c with P(T+ <= c) <= (1 - confidence) / 2 under the null (exact), or -1 when none exists."""
+    counts = [1]  # counts[t]: the sign patterns of ranks 1..k whose positive ranks add up to t
+    for k in range(1, n + 1):
+        counts = [a + b for a, b in zip(counts + [0] * k, [0] * k + counts)]
+    return sum(acc / 2 ** n <= (1 - confidence) / 2 for acc in itertools.accumulate(counts)) - 1
 
 
 def _walsh(logs: Sequence[float]) -> list[float]:
-    n = len(logs)
-    return sorted((logs[i] + logs[j]) / 2 for i in range(n) for j in range(i, n))
+    return sorted((a + b) / 2 for a, b in itertools.combinations_with_replacement(logs, 2))
 
 
 def hodges_lehmann(ratios: Sequence[float]) -> float:
@@ -63,8 +44,7 @@ def _low_quantile(n: int, confidence: float = 0.95, power: float = POWER) -> flo
     import numpy as np
 
     c = _critical_rank(n, confidence)
-    rng = np.random.default_rng(20261129)
-    z = rng.standard_normal((40_000, n))
+    z = np.random.default_rng(20261129).standard_normal((40_000, n))
     i, j = np.triu_indices(n)
     lows = np.sort((z[:, i] + z[:, j]) / 2, axis=1)[:, c]
     return float(np.quantile(lows, 1 - power))
@@ -107,8 +87,7 @@ def _outward(bound: float, up: bool, edges: set[float]) -> str:
 
 @dataclass(frozen=True)
 class Verdict:
-    """A variant against its baseline over paired rounds: Hodges-Lehmann ``ratio`` (> 1: the variant
-    did better), ``low``-``high`` its interval, ``word``, and ``detectable`` (see ``detectable``)."""
+    """A variant against its baseline: Hodges-Lehmann ``ratio`` (> 1: the variant did better), interval and word."""
 
     ratio: float
     low: float

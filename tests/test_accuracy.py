@@ -89,12 +89,6 @@ def test_accuracy_of_and_summary_text():
     assert str(a) == "82.0% (sd 2.0, 80.0-84.0, 3 seeds)"
 
 
-def test_test_set_error():
-    assert accuracy.test_set_error(50.0, 10_000) == pytest.approx(0.5)
-    with pytest.raises(ValueError):
-        accuracy.test_set_error(50.0, 0)
-
-
 def test_above_chance():
     assert accuracy.above_chance([40.0, 42.0], 10, test_size=500)
     assert not accuracy.above_chance([15.0], 10, test_size=500)
@@ -102,6 +96,10 @@ def test_above_chance():
         accuracy.above_chance([], 10, test_size=500)
     with pytest.raises(ValueError):
         accuracy.above_chance([50.0], 1, test_size=500)
+    with pytest.raises(ValueError, match="test_size"):
+        accuracy.above_chance([50.0], 10, test_size=0)
+    # twice chance (10%), but within Z test-set errors of it on 20 images (6.7 points), not on 500 (1.3 points)
+    assert not accuracy.above_chance([22.0], 10, test_size=20) and accuracy.above_chance([22.0], 10, test_size=500)
 
 
 def test_the_interval_stays_inside_the_possible_range():

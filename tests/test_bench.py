@@ -6,6 +6,13 @@ import pytest
 import torch
 
 from helpers import bench, results, roofs
+from helpers.measure import Result
+
+
+def step_times(model, device, total, phases=None, flops_per_step=0):
+    """A Result shaped like ``bench.time_steps``'s."""
+    return Result(model, list(total), [], {"flops_per_step": flops_per_step},
+                  {"device": device, "phases": dict(phases or {}), "phase_method": "clock"})
 
 
 def test_option_errors_list_choices():
@@ -117,12 +124,12 @@ def test_peak_in_the_same_math_mode(monkeypatch):
 
 
 def test_share_above_peak_is_explained_and_rows_carry_it():
-    fake = bench.step_times("resnet18", "cpu", [0.010, 0.011, 0.012], {p: [0.002] * 3 for p in bench.PHASES},
+    fake = step_times("resnet18", "cpu", [0.010, 0.011, 0.012], {p: [0.002] * 3 for p in bench.PHASES},
                             flops_per_step=int(2e9))
     table = bench.results_table([fake], peak=roofs.MatmulPeak(1e11, "bf16", 1024, 5))
     assert table.as_dicts()[0]["% of bf16 matmul peak"] == pytest.approx(100 * 2e9 / 0.011 / 1e11)
     assert "Above 100% (resnet18)" in table.note and "bf16 matmul" in table.note
-    rows = bench.bench_rows([fake], batch=16, size=224, dtype="fp32", channels_last=False, optimizer=True,
+    rows = bench.bench_rows([fake], batch=16, size=224, dtype="fp32",
                             peak=roofs.MatmulPeak(1e11, "bf16"), fingerprint={"cpu_model": "x"}, profile="workshop",
                             data="none")
     by_metric = {r.metric: r for r in rows}
@@ -131,15 +138,15 @@ def test_share_above_peak_is_explained_and_rows_carry_it():
     assert step.experiment == "train_step b16 224x224 fp32" and step.published == pytest.approx(38.624)
     assert "zero_grad_step_time" in by_metric and by_metric["achieved_throughput"].unit == "TFLOP/s"
     assert by_metric["share_of_bf16_matmul_peak"].median == pytest.approx(100 * 2e9 / 0.011 / 1e11)
-    other = bench.bench_rows([fake], batch=2, size=32, dtype="bf16", channels_last=True, optimizer=False, peak=None,
+    other = bench.bench_rows([fake], batch=2, size=32, dtype="bf16", peak=None,
                              fingerprint={"cpu_model": "x"}, profile="workshop", data="none")
-    assert other[0].experiment == "train_step b2 32x32 bf16 channels_last no-optimizer"
+    assert other[0].experiment == "train_step b2 32x32 bf16"
     assert other[0].published is None  # not the blog's settings: no published value beside it
 
 
 def test_published_ratios_use_your_median_not_the_mean():
     # One 9.7 s step among 0.9 s steps: the mean triples, the median stays (the chapter's workshop run).
-    fake = bench.step_times("resnet18", "cpu", [0.9] * 19 + [9.7])
+    fake = step_times("resnet18", "cpu", [0.9] * 19 + [9.7])
     table = bench.published_table([fake])
     row = next(r for r in table.as_dicts() if r["published setup"] == "pytorch/cuda | Nvidia rtx 2060s")
     assert row["resnet18 (x)"] == pytest.approx(38.624 / 900.0)
@@ -148,7 +155,7 @@ def test_published_ratios_use_your_median_not_the_mean():
 
 
 def test_results_table_leads_with_the_median_and_labels_the_mean():
-    fake = bench.step_times("resnet18", "cpu", [0.9, 0.9, 9.7], {p: [0.1, 0.1, 5.0] for p in bench.PHASES})
+    fake = step_times("resnet18", "cpu", [0.9, 0.9, 9.7], {p: [0.1, 0.1, 5.0] for p in bench.PHASES})
     table = bench.results_table([fake])
     assert table.columns[1] == "median ms/step" and "mean ms/step (blog's statistic)" in table.columns
     row = table.as_dicts()[0]
@@ -171,19 +178,15 @@ def test_command_line(tmp_path):
     md = (folder / "bench.md").read_text()
     assert "| model | median ms/step |" in md and "**Published ms per step / your median ms per step" in md
     help_text = subprocess.run([sys.executable, "-m", "helpers.bench", "--help"], capture_output=True, text=True).stdout
-    assert "skip the Adam step" in help_text and "2024" not in help_text
+    assert "--dtype" in help_text and "--no-optimizer" not in help_text and "2024" not in help_text
     proc = subprocess.run([sys.executable, "-m", "helpers.bench", "--models", "lenet"], capture_output=True, text=True)
     assert proc.returncode == 2 and "choose from" in proc.stderr and "Traceback" not in proc.stderr
 
 
-def test_bench_step_marks_every_phase_and_updates_only_with_an_optimizer():
+def test_bench_step_marks_every_phase_and_updates_the_weights():
     step = bench.BenchStep("alexnet", device=torch.device("cpu"), batch=1, size=64)
     seen = []
     before = next(step.net.parameters()).detach().clone()
     step.run(seen.append)
     assert seen == ["start", "copy", "zero_grad", "forward", "loss", "backward", "update"]
     assert not torch.equal(before, next(step.net.parameters()))
-    frozen = bench.BenchStep("alexnet", device=torch.device("cpu"), batch=1, size=64, optimizer=False)
-    before = next(frozen.net.parameters()).detach().clone()
-    frozen.run()
-    assert torch.equal(before, next(frozen.net.parameters())) and next(frozen.net.parameters()).grad is not None

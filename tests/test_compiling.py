@@ -14,10 +14,6 @@ def tiny():
 X, Y = torch.randn(4, 1, 4, 4), torch.tensor([0, 1, 2, 0])
 
 
-def test_list_backends_has_inductor():
-    assert "inductor" in compiling.list_backends()
-
-
 def test_graph_breaks_are_counted():
     def broken(x):
         y = x * 2
@@ -76,7 +72,7 @@ def test_cold_compile_gives_an_empty_cache_and_restores_the_environment(monkeypa
 
 def test_first_steps_child_times_five_steps():
     # the child's body in this process (eager: nothing to compile, so it stays fast)
-    times = compiling._first_steps_main(["eager", "book_cnn", "cpu", "4", "2", "1", "28"])
+    times = compiling._first_steps_main(["eager", "cpu", "4", "2"])
     assert len(times) == 5 and all(t > 0 for t in times)
 
 
@@ -97,13 +93,9 @@ def test_new_training_step_is_seeded_and_trains():
     losses_a, losses_b = [a() for _ in range(3)], [b() for _ in range(3)]
     assert all(torch.equal(p, q) for p, q in zip(losses_a, losses_b))  # same seed, same steps
     assert losses_a[2] < losses_a[0]  # the optimizer step is taken
-    other = compiling.new_training_step(tiny, X, Y, backend=None, seed=1)
-    assert not torch.equal(other(), losses_a[0])
     dyn = compiling.new_training_step(tiny, X, Y, backend="eager")  # Dynamo capture, no code generation
     assert torch.allclose(torch.stack([dyn() for _ in range(3)]), torch.stack(losses_a))
     torch._dynamo.reset()
-    with pytest.raises(ValueError, match="max-autotune"):
-        compiling.new_training_step(tiny, X, Y, mode="fast")
 
 
 def test_payback_steps_counts_the_recompile_when_the_run_falls_behind_again():
@@ -117,15 +109,6 @@ def test_payback_steps_counts_the_recompile_when_the_run_falls_behind_again():
     assert compiling.payback_steps(1.0, 0.01, recompile_s=9.0, recompile_at=938) == pytest.approx(1000)
     with pytest.raises(ValueError):
         compiling.payback_steps(-1.0, 0.01)
-
-
-def test_significant_rounds_to_two_digits():
-    assert compiling.significant(1923.4) == 1900.0
-    assert compiling.significant(1186) == 1200.0
-    assert compiling.significant(0.04567, 3) == pytest.approx(0.0457)
-    assert compiling.significant(0.0) == 0.0 and compiling.significant(-1550) == -1600.0
-    with pytest.raises(ValueError):
-        compiling.significant(5.0, 0)
 
 
 def test_generated_code_compares_kernels_and_library_calls(tmp_path):
@@ -218,3 +201,6 @@ def test_payback_text_only_for_a_faster_verdict():
     assert compiling.payback_text(V(won=False, ratio=0.8), 0.1, 20.0, 9.0, 938) is None
     # 1.25x faster at 0.1 s: 0.02 s saved a step; 20 s of compile -> 1,000 steps, past the recompile at 938 -> 1,500
     assert compiling.payback_text(V(won=True, ratio=1.25), 0.1, 20.0, 10.0, 938) == "after about 1,500 steps (1.6 epochs)"
+    # two significant digits: 1.25x at 0.1 s with 23.73 s of compile and no recompile -> 1,186.5 steps -> 1,200
+    text = compiling.payback_text(V(won=True, ratio=1.25), 0.1, 23.73, 0.0, 938)
+    assert text == "after about 1,200 steps (1.3 epochs)"

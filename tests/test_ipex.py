@@ -1,21 +1,15 @@
+import importlib.util
 import sys
 
 import pytest
 import torch
 
-from helpers import ipex, models
-
-
-def test_status_reports_versions():
-    st = ipex.status()
-    assert st["torch"] == torch.__version__ and isinstance(st["message"], str)
+from helpers import ipex
 
 
 def test_mismatch_is_refused_before_import(monkeypatch):
     monkeypatch.setattr(ipex.metadata, "version", lambda name: "2.3.0+cpu")
-    st = ipex.status()
-    assert st["compatible"] is False and "would end this Python process" in st["message"]
-    with pytest.raises(ipex.IPEXUnavailable, match="needs torch 2.3"):
+    with pytest.raises(ipex.IPEXUnavailable, match="needs torch 2.3.* but .* would end this Python process"):
         ipex.load()
 
 
@@ -26,19 +20,6 @@ def test_missing_ipex(monkeypatch):
     monkeypatch.setattr(ipex.metadata, "version", missing)
     with pytest.raises(ipex.IPEXUnavailable, match="not installed"):
         ipex.load()
-
-
-def test_bf16_refused_without_cpu_support(monkeypatch):
-    monkeypatch.setattr(ipex, "bf16_prepack_supported", lambda: False)
-    model = models.book_cnn()
-    with pytest.raises(ipex.IPEXUnavailable, match="AVX-512"):
-        ipex.optimize(model, torch.optim.Adam(model.parameters()), dtype=torch.bfloat16)
-
-
-def test_eval_mode_is_refused():
-    model = models.book_cnn().eval()
-    with pytest.raises(ValueError, match="train"):
-        ipex.optimize(model, torch.optim.Adam(model.parameters()))
 
 
 def tiny_batches(n=2, size=8, seed=0):
@@ -54,12 +35,13 @@ def test_variants_name_what_they_change():
         ipex.variant("ipex_fp16")
 
 
-def test_prepare_stock_variants_layout_and_autocast():
-    model = models.book_cnn("cifar10").train()
-    opt = torch.optim.Adam(model.parameters())
-    same, same_opt, dtype, cl = ipex.prepare("stock_fp32", model, opt)
-    assert same is model and same_opt is opt and dtype is None and not cl
-    model, opt, dtype, cl = ipex.prepare("stock_bf16_cl", model, opt)
+def test_prepare_stock_variants_layout_optimizer_and_autocast():
+    model, opt, dtype, cl = ipex.prepare("stock_fp32")
+    assert model.training and dtype is None and not cl and not opt.defaults["fused"]
+    assert torch.equal(model.layer1[0].weight, ipex.prepare("stock_fp32")[0].layer1[0].weight)  # seeded
+    fused = ipex.prepare("stock_cl_fused", lr=0.5)[1]
+    assert fused.defaults["fused"] and fused.defaults["lr"] == 0.5
+    model, opt, dtype, cl = ipex.prepare("stock_bf16_cl")
     assert dtype == torch.bfloat16 and cl
     assert model.layer1[0].weight.is_contiguous(memory_format=torch.channels_last)
     assert model.layer1[0].weight.dtype == torch.float32  # autocast casts per operator; the weights stay fp32
@@ -111,7 +93,8 @@ def test_children_serve_variants_and_only_ipex_ones_import_ipex():
     """IPEX runs only in a child of its own (its import replaces kernels of the process that imports it)."""
     from helpers import processes
 
-    names = ["stock_fp32"] + (["ipex_fp32"] if ipex.status()["compatible"] else [])
+    ipex_here = importlib.util.find_spec("intel_extension_for_pytorch") is not None  # the IPEX environment
+    names = ["stock_fp32"] + (["ipex_fp32"] if ipex_here else [])
     cmds = {n: (ipex.serve_argv(n, train_size=16, test_size=8, batch_size=8, warmup_steps=1),
                 {"COURSE_DATA": "standin"}) for n in names}
     with processes.Children(cmds) as kids:

@@ -28,7 +28,6 @@ def test_every_name_resolves_to_its_core_module():
 
 def test_the_flat_names_resolve_clashes():
     assert lab.describe_device is importlib.import_module("helpers.devices").describe
-    assert lab.run_size_line is run_sizes.describe
     assert lab.compare_accuracy.__module__ == "helpers.accuracy"
 
 

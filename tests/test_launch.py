@@ -23,19 +23,10 @@ JOB_ENV = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke", "OMP_NUM_THREADS
 
 
 def test_torchrun_command_line():
-    cmd = L.torchrun_command(1, ["--epochs", "1"], nnodes=2, node_rank=1, master_port=1234, max_restarts=3)
-    assert cmd[1:3] == ["-m", "torch.distributed.run"] and "--node-rank=1" in cmd and "--max-restarts=3" in cmd
-    assert "--nnodes=2" in cmd and "--nproc-per-node=1" in cmd and "--master-port=1234" in cmd
+    cmd = L.torchrun_command(1, ["--epochs", "1"])
+    assert cmd[:3] == [sys.executable, "-m", "torch.distributed.run"] and "--nproc-per-node=1" in cmd
+    assert "--master-addr=127.0.0.1" in cmd and any(a.startswith("--master-port=") for a in cmd)
     assert cmd[-4:] == ["-m", "helpers.distributed", "--epochs", "1"]
-
-
-def test_elastic_torchrun_command_line():
-    cmd = L.torchrun_command(2, ["--epochs", "1"], nnodes="1:4", rdzv_endpoint="node01:29400", rdzv_id="job-42",
-                             max_restarts=3, check=False)
-    assert "--nnodes=1:4" in cmd and "--rdzv-backend=c10d" in cmd and "--rdzv-endpoint=node01:29400" in cmd
-    assert "--rdzv-id=job-42" in cmd and not any(a.startswith(("--master-addr", "--node-rank")) for a in cmd)
-    with pytest.raises(DistributedSetupError, match="needs rdzv_id"):
-        L.torchrun_command(1, [], rdzv_endpoint="node01:29400")
 
 
 def test_first_host_of_a_hostfile(tmp_path):
@@ -67,9 +58,9 @@ def test_more_ranks_than_cores_is_refused_once_before_launch():
     # the command builders check too: a 3-rank request on 2 cores never starts torchrun
     with pytest.raises(DistributedSetupError, match="physical cores"):
         L.torchrun_command(CORES + 1, ["--epochs", "1"])
-    # ... but sharing cores knowingly, GPU ranks and check=False build the line, for every rank asked for
-    for args, check in ((["--no-pin"], True), (["--device", "cuda"], True), (["--epochs", "1"], False)):
-        cmd = L.torchrun_command(CORES + 1, args, check=check)
+    # ... but sharing cores knowingly and GPU ranks build the line, for every rank asked for
+    for args in (["--no-pin"], ["--device", "cuda"], ["--device=cuda:0"]):
+        cmd = L.torchrun_command(CORES + 1, args)
         assert f"--nproc-per-node={CORES + 1}" in cmd and cmd[-len(args):] == args, (args, cmd)
 
 
@@ -101,10 +92,7 @@ def test_mpirun_launcher_script_takes_master_addr_from_the_hostfile(tmp_path):
     assert proc.returncode == 2 and "names no host" in proc.stderr
 
 
-def test_first_error_and_rank_lines():
-    out = "noise\nerror: the real CIFAR-10 dataset is not in x\nTraceback...\nerror: second\n"
-    assert L.first_error(out) == "the real CIFAR-10 dataset is not in x"
-    assert L.first_error("all good") is None
+def test_rank_lines():
     merged = ("rank 1/2 (local 1, launcher torchrun, cpus [1]): all_reduce(rank+1) = 3"
               "rank 0/2 (local 0, launcher torchrun, cpus [0]): all_reduce(rank+1) = 3\n")
     lines = L.rank_lines(merged)
@@ -122,9 +110,11 @@ def test_run_job_drains_two_chatty_processes(tmp_path):
 
 def test_run_job_returns_first_failure_and_error_line():
     ok = [sys.executable, "-c", "pass"]
-    bad = [sys.executable, "-c", "import sys; print('error: no data here', file=sys.stderr); sys.exit(2)"]
+    bad = [sys.executable, "-c", "import sys; print('noise\\nerror: no data here \\nTraceback\\nerror: second', "
+           "file=sys.stderr); sys.exit(2)"]
     job = L.run_job([ok, bad], timeout=60)
-    assert job.returncode == 2 and job.error == "no data here"
+    assert job.returncode == 2 and job.error == "no data here"  # the entry point's own message, the first one
+    assert L.run_job([ok], timeout=60).error is None
 
 
 def _spawner(tmp_path):
@@ -192,7 +182,7 @@ def test_run_job_retries_when_the_ranks_could_not_connect(tmp_path):
     assert job.returncode == 0 and "trained" in job.output and len(built) == 2
     counter.unlink()
     job = L.run_job([flaky], timeout=60)  # no retries: the failure is returned as it is
-    assert job.returncode == 1 and L.join_failed(job)
+    assert job.returncode == 1 and "connectFullMesh failed" in job.output
     bad = [sys.executable, "-c", "import sys; print('error: bad option'); sys.exit(2)"]
     assert L.run_job([bad], retries=3, timeout=60).returncode == 2  # other failures are not retried
 
@@ -205,8 +195,6 @@ def test_a_failed_node_does_not_leave_the_other_waiting(tmp_path):
     assert job.returncode == 3 and time.perf_counter() - start < 30   # the grace, not the 120 s timeout
     child = _wait_for(tmp_path / "child.pid")
     assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
-    with pytest.raises(ValueError, match="grace must be >= 0"):
-        L.run_job([dead], grace=-1)
 
 
 # ----- measure_job: the course protocol over repeated jobs ----------------------------------------
@@ -227,7 +215,7 @@ def test_measure_job_protocol(tmp_path):
         calls.append(out)
         return _fake_job(out, [9.0, 2.0 + len(calls), 7.0], accuracy=40.0 + len(calls), steps=24)
 
-    res = L.measure_job("one", one, tmp_path, timeout=60)
+    res = L.measure_job("one", one, tmp_path)
     assert len(calls) == 1 and res.name == "one"
     assert res.warmup == [9.0]                           # the first epoch, kept apart
     assert res.samples == [5.0]                          # one sample: the median of the other epochs
@@ -257,8 +245,6 @@ def test_measure_seeds_gives_one_result_per_seed_from_one_job(tmp_path):
     assert a.metrics == {"accuracy": 63.0, "steps": 8.0, "world_size": 2.0, "global_batch": 64.0}
     with pytest.raises(DistributedSetupError, match="no summary per seed"):
         L.measure_seeds("one", lambda out: _fake_job(out, [9.0, 2.0]), tmp_path, [0, 1])
-    with pytest.raises(ValueError, match="at least one seed"):
-        L.measure_seeds("none", job, tmp_path, [])
 
 
 def test_job_arm_runs_a_fresh_job_per_call_and_keeps_its_output(tmp_path):

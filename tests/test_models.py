@@ -8,7 +8,6 @@ from helpers import models
 @pytest.mark.parametrize("kwargs,expected", [
     ({}, 1_630_090),
     ({"bias": False}, 1_629_472),
-    ({"extra_hidden": 256}, 1_758_858),
     ({"dataset": "cifar10"}, 2_122_186),
 ])
 def test_book_parameter_counts(kwargs, expected):

@@ -7,23 +7,6 @@ import torch
 from helpers import precision
 
 
-def test_formats_table():
-    rows = {r["format"]: r for r in precision.formats().as_dicts()}
-    assert list(rows) == ["FP64", "FP32", "TF32", "FP16", "BF16"]
-    assert rows["FP16"]["max"] == 65504.0 and rows["FP16"]["bytes"] == 2
-    assert rows["BF16"]["eps"] == 2 ** -7 and rows["TF32"]["eps"] == 2 ** -10
-    assert rows["BF16"]["smallest normal"] == rows["FP32"]["smallest normal"]
-    assert rows["FP16"]["smallest subnormal"] == pytest.approx(2 ** -24)
-
-
-def test_underflow_shows_fp16_losing_small_gradients():
-    rows = precision.underflow([1e-3, 1e-8]).as_dicts()
-    assert rows[0]["as FP16"] != 0
-    assert rows[1]["as FP16"] == 0.0                                   # vanished
-    assert rows[1]["as BF16"] != 0                                     # bf16 keeps fp32's range
-    assert rows[1]["FP16 scaled x65536, unscaled"] == pytest.approx(1e-8, rel=1e-2)
-
-
 def test_parse_dtype():
     assert precision.parse_dtype("fp32") is None and precision.parse_dtype(None) is None
     assert precision.parse_dtype("BF16") is torch.bfloat16 and precision.parse_dtype("float16") is torch.float16

@@ -16,13 +16,12 @@ needs_nni = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64") and
 
 def test_book_numbers_at_fifty_percent():
     model = models.book_cnn("cifar10")
+    assert models.count_parameters(model) == 2_122_186
     report = pruning.prune(model, 0.5, torch.randn(1, 3, 32, 32))
-    assert report.mask_source == pruning.mask_source()
-    assert (report.params_before, report.params_after) == (2_122_186, 1_059_306)
+    assert models.count_parameters(model) == 1_059_306
     assert report.channels_before == {"layer1.0": 32, "layer2.0": 64}
     assert report.channels_after == {"layer1.0": 16, "layer2.0": 32}
     assert model(torch.randn(4, 3, 32, 32)).shape == (4, 10)
-    assert report.reduction == pytest.approx(1 - 1_059_306 / 2_122_186)
 
 
 @needs_nni
@@ -46,8 +45,7 @@ def test_nni_and_stock_masks_choose_the_same_filters():
     for source in ("nni", "torch"):
         pruned[source] = copy.deepcopy(model)
         reports[source] = pruning.prune(pruned[source], 0.5, example, source=source)
-        assert reports[source].mask_source == source
-        assert (reports[source].params_before, reports[source].params_after) == (2_122_186, 1_059_306)
+        assert models.count_parameters(pruned[source]) == 1_059_306
     assert reports["nni"].channels_after == reports["torch"].channels_after == {"layer1.0": 16, "layer2.0": 32}
     # the same filters kept, so the pruned models hold the same weights
     a, b = pruned["nni"].state_dict(), pruned["torch"].state_dict()
@@ -73,8 +71,7 @@ def test_stock_path_runs_when_nni_cannot_be_imported(monkeypatch):
                                                           "(its wheels are for x86-64 only)")
     model = models.book_cnn("cifar10")
     report = pruning.prune(model, 0.5, torch.randn(1, 3, 32, 32))
-    assert report.mask_source == "torch"
-    assert (report.params_before, report.params_after) == (2_122_186, 1_059_306)
+    assert report.channels_after == {"layer1.0": 16, "layer2.0": 32} and models.count_parameters(model) == 1_059_306
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
     with pytest.raises(ImportError, match="NNI is not importable"):
         pruning.prune(models.book_cnn("cifar10"), 0.5, torch.randn(1, 3, 32, 32), source="nni")
@@ -84,15 +81,11 @@ def test_stock_path_runs_when_nni_cannot_be_imported(monkeypatch):
         pruning.prune(models.book_cnn("cifar10"), 0.5, torch.randn(1, 3, 32, 32), source="tp")
 
 
-@needs_nni
-def test_removed_channels_are_the_lowest_l1_filters():
+def test_prune_removes_the_lowest_l1_filters():
     model = models.book_cnn("cifar10")
-    masks = pruning.nni_l1_masks(model, 0.25)
-    zeroed = pruning.zeroed_channels(masks)["layer1.0"]
     norms = model.layer1[0].weight.detach().abs().sum(dim=(1, 2, 3))
-    assert sorted(zeroed) == sorted(norms.argsort()[:8].tolist())
-    kept_before = model.layer1[0].weight.detach()[[i for i in range(32) if i not in zeroed]].clone()
-    pruning.remove_channels(model, {"layer1.0": zeroed}, torch.randn(1, 3, 32, 32))
+    kept_before = model.layer1[0].weight.detach()[sorted(norms.argsort()[8:].tolist())].clone()
+    pruning.prune(model, 0.25, torch.randn(1, 3, 32, 32))
     assert torch.equal(model.layer1[0].weight.detach(), kept_before)
 
 
@@ -113,16 +106,8 @@ def test_other_input_errors():
             pruning.nni_l1_masks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5)
     with pytest.raises(pruning.PruningError, match="no layer of type"):
         pruning.torch_l1_masks(torch.nn.Sequential(torch.nn.Linear(2, 2)), 0.5, torch.randn(1, 2))
-    with pytest.raises(pruning.PruningError, match="handles Conv2d and Linear layers, not Conv1d"):
-        pruning.torch_l1_masks(torch.nn.Sequential(torch.nn.Conv1d(2, 4, 3)), 0.5, torch.randn(1, 2, 8),
-                               op_types=("Conv1d",))
     with pytest.raises(pruning.PruningError, match="'auto', 'nni' or 'torch'"):
         pruning.mask_source("NNI")
-    model = models.book_cnn("cifar10")
-    with pytest.raises(pruning.PruningError, match="no layer named"):
-        pruning.remove_channels(model, {"conv9": [0]}, torch.randn(1, 3, 32, 32))
-    with pytest.raises(pruning.PruningError, match="cannot remove all"):
-        pruning.remove_channels(model, {"layer1.0": list(range(32))}, torch.randn(1, 3, 32, 32))
 
 
 @needs_nni
@@ -155,7 +140,7 @@ def test_prune_round_to_keeps_multiples_of_eight(sparsity, channels, params):
     model = models.book_cnn("cifar10")
     report = pruning.prune_round_to(model, sparsity, torch.randn(1, 3, 32, 32), round_to=8)
     assert tuple(report.channels_after.values()) == channels
-    assert report.params_before == 2_122_186 and report.params_after == params == models.count_parameters(model)
+    assert report.channels_before == {"layer1.0": 32, "layer2.0": 64} and models.count_parameters(model) == params
     assert model(torch.randn(2, 3, 32, 32)).shape == (2, 10)
     # NNI's route at the same sparsity keeps counts that are not multiples of 8
     nni = pruning.prune(models.book_cnn("cifar10"), sparsity, torch.randn(1, 3, 32, 32))

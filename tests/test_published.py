@@ -64,16 +64,17 @@ def test_arc_blog_numbers():
     assert sd["titan_rtx_eager"] < sd["titan_rtx_compile_default"] < sd["titan_rtx_compile_max_autotune"]
 
 
-def test_missing_table_lists_available(tmp_path):
+def test_missing_table_lists_available(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="book"):
         published.load("nope")
     with pytest.raises(KeyError):
         published.value(published.load(), "fashion_cnn_10ep", "nope", "time")
     (tmp_path / "mine.csv").write_text("source,chapter,experiment,variant,metric,value,unit,hardware,note\n"
                                        "me,2,e,v,time,1.5,s,laptop,\n")
-    assert published.load("mine", directory=tmp_path)[0].value == 1.5
+    monkeypatch.setattr(published, "_data_dir", lambda: tmp_path)
+    assert published.load("mine")[0] == published.Number("me", 2, "e", "v", "time", 1.5, "s", "laptop", "")
     with pytest.raises(FileNotFoundError, match="available: mine"):
-        published.load("book", directory=tmp_path)
+        published.load("book")
 
 
 def test_a_checkout_on_pythonpath_reads_the_data_folder(monkeypatch, tmp_path):

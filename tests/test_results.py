@@ -15,7 +15,6 @@ def test_make_rows_ratios_and_published(sample_rows, fake_fingerprint):
     assert fast.ratio == pytest.approx(2.0) and fast.published_ratio == pytest.approx(2.5)
     assert fast.published_source == "book" and fast.version == results.SCHEMA_VERSION
     assert r[("b256", "accuracy")].ratio == pytest.approx(70 / 80) and not r[("b256", "accuracy")].lower_is_better
-    assert fast.spread == pytest.approx(0.2)
     with pytest.raises(ValueError, match="baseline"):
         results.make_rows("02", "x", {"a": [1.0]}, metric="t", unit="s", baseline="b", fingerprint=fake_fingerprint, profile="smoke",
                           data="none")
@@ -44,9 +43,12 @@ def test_default_context_has_private_machine_id(tmp_path, monkeypatch):
 
 def test_append_read_write_roundtrip(tmp_path, monkeypatch, sample_rows):
     monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "run"))
+    held, real_hold = [], results.hold
+    monkeypatch.setattr("helpers.results.hold", lambda lock, **kw: held.append(lock) or real_hold(lock, **kw))
     path = results.append_rows(sample_rows[:2])
     results.append_rows(sample_rows[2:])
     assert path == tmp_path / "run" / results.ROWS_FILE
+    assert held == [f"{path}.lock"] * 2  # every append under helpers.locks' lock beside the file
     back = results.read_rows(path)
     assert [r.variant for r in back] == ["b32", "b256", "b32", "b256"] and back[1].ratio == pytest.approx(2.0)
     results.write_rows(back[:1], tmp_path / "one.jsonl")

@@ -5,6 +5,8 @@ import torch
 
 from helpers import measure, roofs
 
+KINDS = ("read", "write", "triad")
+
 
 @pytest.fixture(autouse=True)
 def smoke(monkeypatch):
@@ -56,19 +58,19 @@ def test_cache_levels_grow_and_the_memory_roof_follows_the_working_set():
     sizes = list(levels.values())
     assert sizes and all(s > 0 for s in sizes) and sizes == sorted(sizes)
     assert roofs.cache_levels("meta") == {}
-    flat = {k: roofs.Roof(k, "B/s", 1.0, 1.0, 1.0) for k in roofs.KINDS}
+    flat = {k: roofs.Roof(k, "B/s", 1.0, 1.0, 1.0) for k in KINDS}
     fake = roofs.Roofs("cpu", "fp32", roofs.Roof("mm", "FLOP/s", 1, 1, 1), {"L2": flat, "L3": flat, "DRAM": flat},
                        {"L2": 1 << 20, "L3": 32 << 20}, roofs.Roof("op", "s", 1e-6, 1e-6, 1e-6))
     assert fake.memory_roof(100)[0] == "L2" and fake.memory_roof(2 << 20)[0] == "L3"
     assert fake.memory_roof(1 << 30, "read") == ("DRAM", flat["read"])
-    stalled = {k: roofs.Roof(k, "B/s", 0.1, 0.1, 0.1) for k in roofs.KINDS}
+    stalled = {k: roofs.Roof(k, "B/s", 0.1, 0.1, 0.1) for k in KINDS}
     fake.bandwidth["L2"] = stalled  # a cache level measured below DRAM gets DRAM's roof
     assert fake.memory_roof(100) == ("L2", flat["triad"])
 
 
 def test_bandwidth_measures_read_write_and_triad_on_the_working_set():
     bw = roofs.bandwidth("cpu", 1 << 20, rounds=2, seconds=0.002)
-    assert set(bw) == set(roofs.KINDS)
+    assert set(bw) == set(KINDS)
     for roof in bw.values():
         assert roof.unit == "B/s" and 0 < roof.low <= roof.median <= roof.high
         assert abs(roof.size - (1 << 20)) < 16

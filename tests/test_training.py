@@ -47,6 +47,23 @@ def test_evaluate_counts_exactly():
         training.evaluate(Fixed(), [])
 
 
+class Interrupted:
+    """``loader`` that crashes (StopTraining) when asked for a batch after its first ``after`` in the run."""
+
+    def __init__(self, loader, after):
+        self.loader, self.sampler, self.batch_size, self.left = loader, loader.sampler, loader.batch_size, after
+
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self):
+        for batch in self.loader:
+            if self.left == 0:
+                raise training.StopTraining("a simulated crash")
+            self.left -= 1
+            yield batch
+
+
 def test_interrupted_run_resumes_to_identical_weights(tiny_loaders, tmp_path):
     train_loader, _ = tiny_loaders
     loss = nn.CrossEntropyLoss()
@@ -56,8 +73,8 @@ def test_interrupted_run_resumes_to_identical_weights(tiny_loaders, tmp_path):
     ckpt = tmp_path / "run.pt"
     model_b, opt_b = fresh()
     with pytest.raises(training.StopTraining):  # stops mid-epoch 1, after the step-10 checkpoint
-        training.train(model_b, train_loader, opt_b, loss, epochs=2, progress=False,
-                       checkpoint=ckpt, checkpoint_every=5, stop_after=12)
+        training.train(model_b, Interrupted(train_loader, after=12), opt_b, loss, epochs=2, progress=False,
+                       checkpoint=ckpt, checkpoint_every=5)
     model_c, opt_c = fresh(seed=123)  # a different start: everything must come from the checkpoint
     res = training.train(model_c, train_loader, opt_c, loss, epochs=2, progress=False,
                          checkpoint=ckpt, checkpoint_every=5)

@@ -1,12 +1,12 @@
 """The setup check: ``python -m helpers.course.doctor`` (``make doctor``; chapter 00 runs it too).
-
-``gather`` collects this machine's facts as plain values, ``judge`` turns them into ``Check``s (ok, warn or
-fail, each with a one-line fix; tested on made-up facts) and ``run`` writes ``results/doctor.json``. The exit
-status is non-zero only on a ``fail``. What it checks and why: docs/running.md."""
+``gather`` reads this machine, ``judge`` turns the facts into ok / warn / fail ``Check``s with a fix each, and
+``run`` writes results/doctor.json; the exit status is non-zero only on a fail. What and why: docs/running.md."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes.util
 import json
 import os
 import platform
@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -33,9 +33,8 @@ from . import install, workshop
 
 DOCTOR_VERSION = 1
 STATUSES: tuple[str, ...] = ("ok", "warn", "fail")
-
-ALLOCATORS: dict[str, tuple[str, ...]] = {"jemalloc": ("libjemalloc.so",), "tcmalloc": ("libtcmalloc.so",
-                                                                                      "libtcmalloc_minimal.so")}
+#: The allocators chapter 04 preloads: {name: what it asks ``ctypes.util.find_library`` for}.
+ALLOCATORS: dict[str, str] = {"jemalloc": "jemalloc", "tcmalloc": "tcmalloc_minimal"}
 DATASET_HOSTS: tuple[tuple[str, int], ...] = (("ossci-datasets.s3.amazonaws.com", 443), ("www.cs.toronto.edu", 443))
 #: What the import probe tries ({module: distribution}); never IPEX (its import ends a process without torch 2.8).
 IMPORTS: dict[str, str] = {"nni": "nni", "torch_pruning": "torch-pruning"}
@@ -72,65 +71,53 @@ class Check:
 
 
 def _ok(name: str, message: str) -> Check:
-    """A finding with nothing to fix."""
     return Check(name, "ok", message)
 
 
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:200]}"
+
+
 def _installed(name: str) -> str | None:
-    try:
+    with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
+    return None
 
 
 def pinned_requirements(dist: str = DIST_NAME) -> list[dict[str, Any]]:
     """The course package's requirements (from its installed metadata) with what is installed."""
     try:
-        reqs = metadata.requires(dist) or []
+        reqs = [Requirement(text) for text in metadata.requires(dist) or []]
     except metadata.PackageNotFoundError:
         return []
     pins = []
-    for text in reqs:
-        req = Requirement(text)
-        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
-            continue
-        installed = _installed(req.name)
-        pins.append({"name": req.name, "spec": str(req.specifier), "installed": installed,
-                     "matches": installed is not None and (not req.specifier or installed in req.specifier)})
+    for req in reqs:
+        if req.marker is None or req.marker.evaluate({"extra": ""}):
+            installed = _installed(req.name)
+            pins.append({"name": req.name, "spec": str(req.specifier), "installed": installed,
+                         "matches": installed is not None and (not req.specifier or installed in req.specifier)})
     return pins
 
 
-def platform_facts(system: str | None = None, machine: str | None = None) -> dict[str, Any]:
-    """The platform: system, machine, macOS release, WSL, the pins left out here and whether IPEX has wheels."""
-    system = system or platform.system()
-    machine = machine or platform.machine()
-    return {"system": system, "machine": machine,
-            "macos": platform.mac_ver()[0] if system == "Darwin" else None,
-            "wsl": system == "Linux" and "microsoft" in platform.release().lower(),
-            "left_out": left_out_pins(system, machine),
-            "ipex_wheels": install.ipex_supported(system, machine)}
+def _version_line(path: str) -> tuple[bool, str | None]:
+    """Whether ``path --version`` succeeds, and the first line it printed (of stderr when it failed)."""
+    try:
+        proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as exc:
+        return False, _first_line(exc)
+    runs = proc.returncode == 0
+    return runs, ((proc.stdout if runs else proc.stderr).strip().splitlines() or [None])[0]
 
 
 def compiler_facts(env: dict[str, str] | None = None) -> dict[str, Any]:
     """The C++ compiler torch.compile would use ($CXX, else g++ or c++), whether it runs, and Python.h."""
     env = os.environ if env is None else env
-    wanted = env.get("CXX") or None
-    path = version = None
-    runs = False
-    if wanted:
-        path = shutil.which(wanted.split()[0]) if wanted.split() else None
-    else:
-        path = shutil.which("g++") or shutil.which("c++")
-    if path:  # macOS has /usr/bin/g++ and c++ even without a compiler: they fail until the tools are installed
-        try:
-            proc = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-            runs = proc.returncode == 0
-            version = (proc.stdout.strip().splitlines() or [None])[0] if runs else \
-                (proc.stderr.strip().splitlines() or [None])[0]
-        except (OSError, subprocess.SubprocessError) as exc:
-            version = f"{type(exc).__name__}: {exc}"
+    wanted = env.get("CXX", "").split()
+    path = shutil.which(wanted[0]) if wanted else shutil.which("g++") or shutil.which("c++")
+    # macOS has /usr/bin/g++ and c++ even without a compiler: they fail until the tools are installed
+    runs, version = _version_line(path) if path else (False, None)
     include = sysconfig.get_paths()["include"]
-    return {"cxx_env": wanted, "cxx": path, "runs": runs, "version": version, "include": include,
+    return {"cxx_env": env.get("CXX") or None, "cxx": path, "runs": runs, "version": version, "include": include,
             "python_h": os.path.isfile(os.path.join(include, "Python.h")),
             "python": ".".join(str(v) for v in sys.version_info[:2])}
 
@@ -144,197 +131,92 @@ def ipex_pins() -> dict[str, str]:
     return {name: version for name, version, _ in pins if name in ("torch", "intel-extension-for-pytorch") and version}
 
 
-def ipex_environment() -> dict[str, Any]:
-    """The IPEX environment as ``helpers.ipex.environment`` reads it (its own Python, package metadata only)."""
-    from .. import ipex
-
-    try:
-        return ipex.environment()
-    except Exception as exc:  # a broken environment must not end the doctor
-        return {"python": None, "ok": False, "torch": None, "torchvision": None, "ipex": None,
-                "message": f"could not read the IPEX environment: {type(exc).__name__}: {exc}"}
+def wanted_imports(left_out: Sequence[str] = ()) -> list[str]:
+    """The modules the import probe tries: ``IMPORTS`` less those whose pin is ``left_out``."""
+    return [module for module, dist in IMPORTS.items() if dist not in left_out]
 
 
-def wanted_imports(left_out: Sequence[str] = ()) -> dict[str, str]:
-    """The modules the import probe tries ({key: module}): ``IMPORTS`` less those whose pin is ``left_out``."""
-    return {key: key for key, dist in IMPORTS.items() if dist not in left_out}
+def _imports_in_child(modules: Sequence[str]) -> dict[str, Job]:
+    """Start one child per module, each importing it (warnings off): {module: job}."""
+    return {m: Job([[sys.executable, "-W", "ignore", "-c", f"import {m}"]]).start() for m in modules}
 
 
-def _imports_in_child(modules: dict[str, str]) -> Job:
-    """Start a child that imports ``modules`` ({key: module}) and prints one JSON line of errors."""
-    code = ("import json, sys, warnings\nwarnings.simplefilter('ignore')\nout = {}\n"
-            "for key, mod in json.loads(sys.argv[1]).items():\n"
-            "    try:\n        __import__(mod)\n        out[key] = None\n"
-            "    except BaseException as exc:\n"
-            "        out[key] = f'{type(exc).__name__}: {exc}'.splitlines()[0][:300]\n"
-            "print('IMPORTS ' + json.dumps(out), flush=True)\n")
-    return Job([[sys.executable, "-c", code, json.dumps(modules)]]).start()
+def _import_errors(children: dict[str, Job], timeout: float = 60) -> dict[str, str | None]:
+    """{module: None, or the last line its import printed}; each child gets ``timeout`` s more from now."""
+    errors: dict[str, str | None] = {}
+    for module, child in children.items():
+        try:
+            done = child.wait(timeout + time.perf_counter() - child.started)
+            last = (done.output.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            errors[module] = None if done.returncode == 0 else last[:300]
+        except JobTimeout:
+            errors[module] = f"import took over {timeout:.0f} s"
+    return errors
 
 
-def _online(hosts: Sequence[tuple[str, int]] = DATASET_HOSTS, timeout: float = 3.0) -> bool:
-    result: list[bool] = []
+def _online(timeout: float = 3.0) -> bool:
+    """Whether a dataset host answers (probed in a thread: a name lookup has no timeout of its own)."""
+    answered: list[bool] = []
 
     def probe() -> None:
-        for host, port in hosts:
-            try:
-                socket.create_connection((host, port), timeout=timeout).close()
-                result.append(True)
+        for address in DATASET_HOSTS:
+            with contextlib.suppress(OSError), socket.create_connection(address, timeout=timeout):
+                answered.append(True)
                 return
-            except OSError:
-                continue
-        result.append(False)
 
     thread = threading.Thread(target=probe, daemon=True)
     thread.start()
-    thread.join(timeout * len(hosts) + 1)
-    return bool(result and result[0])
+    thread.join(timeout * len(DATASET_HOSTS) + 1)
+    return bool(answered)
 
 
 def _kernel() -> dict[str, Any]:
     try:
         from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-
-        try:
-            spec = KernelSpecManager().get_kernel_spec("python3")
-        except NoSuchKernel:
-            return {"error": "no kernel named python3 is installed"}
     except ImportError as exc:
         return {"error": f"jupyter_client is missing ({exc})"}
-    exe = spec.argv[0] if spec.argv else ""
-    if exe in ("python", "python3", "{python}") or not os.path.isabs(exe):
+    try:
+        exe = (KernelSpecManager().get_kernel_spec("python3").argv or [""])[0]
+    except NoSuchKernel:
+        return {"error": "no kernel named python3 is installed"}
+    if not os.path.isabs(exe):  # "python", "python3", "{python}": the Python that starts Jupyter
         return {"python": "the Python that starts Jupyter", "same_env": True}
     same = Path(exe).resolve().is_relative_to(Path(sys.prefix).resolve()) or \
         Path(exe).resolve() == Path(sys.executable).resolve()
     return {"python": exe, "same_env": same}
 
 
-def _allocators(machine: str | None = None) -> dict[str, str | None]:
-    try:
-        listing = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        listing = ""
-    found: dict[str, str | None] = {}
-    for name, libs in ALLOCATORS.items():
-        found[name] = None
-        for line in listing.splitlines():
-            if any(line.strip().startswith(lib) for lib in libs):
-                found[name] = line.split("=>")[-1].strip()
-                break
-        if found[name] is None:
-            for folder in (f"/usr/lib/{machine or platform.machine()}-linux-gnu", "/usr/lib64", "/usr/lib",
-                           "/usr/local/lib", os.path.join(sys.prefix, "lib")):
-                hits = sorted(p for lib in libs for p in Path(folder).glob(lib + "*")) if os.path.isdir(folder) else []
-                if hits:
-                    found[name] = str(hits[0])
-                    break
-    return found
-
-
-def _mpirun() -> tuple[str | None, str | None]:
-    path = shutil.which("mpirun")
-    if not path:
-        return None, None
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
-        return path, (out.strip().splitlines() or [""])[0]
-    except (OSError, subprocess.SubprocessError):
-        return path, None
-
-
-def _devices() -> tuple[list[dict[str, Any]], list[str]]:
+def _accelerators() -> list[dict[str, Any]]:
+    """Each GPU: its name and description, and what the parity probe found there (or the error it raised)."""
     import torch
 
     from .. import devices
+    from ..arc_workloads import parity_check
 
-    found = [{"name": "cpu", "description": "cpu (always present)"}]
-    accelerators = []
+    found = []
     for kind in ("cuda", "xpu", "mps"):
-        if not devices.is_available(kind):
-            continue
-        count = {"cuda": torch.cuda.device_count, "xpu": lambda: torch.xpu.device_count()}.get(kind, lambda: 1)()
+        count = (1 if kind == "mps" else getattr(torch, kind).device_count()) if devices.is_available(kind) else 0
         for i in range(count):
-            name = f"{kind}:{i}" if kind != "mps" else "mps"
-            entry: dict[str, Any] = {"name": name}
-            try:
-                entry["description"] = devices.describe(name)
-                module = getattr(torch, kind, None)
-                if kind in ("cuda", "xpu") and module is not None:
-                    entry["memory_gb"] = module.get_device_properties(i).total_memory / 2**30
-            except Exception as exc:  # a broken driver must not end the doctor
-                entry["error"] = str(exc).splitlines()[0][:200]
+            entry: dict[str, Any] = {"name": "mps" if kind == "mps" else f"{kind}:{i}"}
+            try:  # a broken driver must not end the doctor
+                entry["description"] = devices.describe(entry["name"])
+                if kind != "mps":
+                    memory = getattr(torch, kind).get_device_properties(i).total_memory
+                    entry["description"] += f", {memory / 2**30:.1f} GB"
+                entry["parity"] = parity_check(entry["name"])
+            except Exception as exc:
+                entry["error"] = _first_line(exc)
             found.append(entry)
-            accelerators.append(name)
-    return found, accelerators
+    return found
 
 
-def _course_env() -> bool:
-    prefix = Path(sys.prefix).resolve()
-    return sys.prefix != sys.base_prefix and prefix.name.startswith("venv-") or \
-        os.environ.get("CONDA_DEFAULT_ENV", "").startswith("accelerate")
+def _datasets() -> dict[str, Any]:
+    from .. import data
 
-
-def gather(parity_steps: int = 5, imports: bool = True, import_timeout: float = 60) -> dict[str, Any]:
-    """Collect the facts of this machine that ``judge`` turns into checks."""
-    facts: dict[str, Any] = {}
-    try:
-        requires = metadata.metadata(DIST_NAME).get("Requires-Python")
-    except metadata.PackageNotFoundError:
-        requires = None
-    facts["python"] = {"version": list(sys.version_info[:3]), "requires": requires, "executable": sys.executable,
-                       "prefix": sys.prefix, "course_env": _course_env()}
-    facts["pins"] = pinned_requirements()
-    facts["platform"] = platform_facts()
-    child = None
-    if imports:
-        child = _imports_in_child(wanted_imports(facts["platform"]["left_out"]))
-    try:
-        import torch
-
-        facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
-                          "xpu": bool(getattr(torch.version, "xpu", None)) or hasattr(torch, "xpu")
-                          and torch.xpu.is_available(), "hip": getattr(torch.version, "hip", None),
-                          "cuda_devices": torch.cuda.device_count() if torch.version.cuda else 0}
-    except Exception as exc:
-        facts["torch"] = {"error": f"{type(exc).__name__}: {exc}"}
-        return facts
-    facts["fingerprint"] = system.fingerprint()
-    facts["isa"] = system.cpu_bf16_support()
-    facts["devices"], facts["accelerators"] = _devices()
-    facts["compiler"] = compiler_facts()
-    facts["ipex_env"] = ipex_environment()
-    facts["ipex_pins"] = ipex_pins()
-    facts["allocators"] = _allocators()
-    facts["mpirun"] = _mpirun()
-    facts["kernel"] = _kernel()
     try:
         source = run_sizes.data_source()
     except run_sizes.ProfileError:
         source = "real"
-    facts["datasets"] = {"source": source, "cached": _cached_datasets(), "online": None}
-    if not all(facts["datasets"]["cached"].values()) and source != "standin":
-        facts["datasets"]["online"] = _online()
-    import psutil
-
-    vm = psutil.virtual_memory()
-    facts["memory"] = {"available": vm.available, "total": vm.total}
-    facts["disk"] = _disk()
-    facts["parity"] = _parity(facts["accelerators"], parity_steps)
-    if child is not None:
-        try:  # the import timeout counts from now: the child imported while the rest was gathered
-            out = child.wait(import_timeout + time.perf_counter() - child.started).output
-            found = [ln for ln in out.splitlines() if ln.startswith("IMPORTS ")]
-            facts["imports"] = json.loads(found[-1][len("IMPORTS "):]) if found else {}
-        except (JobTimeout, json.JSONDecodeError):
-            facts["imports"] = {k: f"import took over {import_timeout:.0f} s"
-                                for k in wanted_imports(facts["platform"]["left_out"])}
-    else:
-        facts["imports"] = None  # not tried
-    return facts
-
-
-def _cached_datasets() -> dict[str, bool]:
-    from .. import data
-
     cached = {}
     for name in data.SPECS:
         try:
@@ -342,29 +224,53 @@ def _cached_datasets() -> dict[str, bool]:
             cached[name] = True
         except Exception:
             cached[name] = False
-    return cached
+    online = _online() if not all(cached.values()) and source != "standin" else None
+    return {"source": source, "cached": cached, "online": online}
 
 
 def _disk() -> dict[str, int]:
     free = {}
     for label, folder in (("results", results.results_dir()), ("cache", system.cache_dir())):
-        probe = Path(folder)
-        while not probe.exists() and probe != probe.parent:
-            probe = probe.parent
-        free[label] = shutil.disk_usage(probe).free
+        folder = Path(folder)
+        free[label] = shutil.disk_usage(next(p for p in (folder, *folder.parents) if p.exists())).free
     return free
 
 
-def _parity(accelerators: Sequence[str], steps: int) -> list[Any]:
-    from ..arc_workloads import parity_check
+def gather(imports: bool = True) -> dict[str, Any]:
+    """Collect the facts of this machine that ``judge`` turns into checks (``imports``: run the import probe)."""
+    requires = metadata.metadata(DIST_NAME).get("Requires-Python") if _installed(DIST_NAME) else None
+    course_env = sys.prefix != sys.base_prefix and Path(sys.prefix).resolve().name.startswith("venv-") or \
+        os.environ.get("CONDA_DEFAULT_ENV", "").startswith("accelerate")
+    facts: dict[str, Any] = {
+        "python": {"version": list(sys.version_info[:3]), "requires": requires, "executable": sys.executable,
+                   "prefix": sys.prefix, "course_env": course_env},
+        "pins": pinned_requirements(),
+        "platform": {"system": platform.system(), "machine": platform.machine(), "macos": platform.mac_ver()[0] or None,
+                     "wsl": "microsoft" in platform.release().lower(), "left_out": left_out_pins(),
+                     "ipex_wheels": install.ipex_supported()}}
+    children = _imports_in_child(wanted_imports(facts["platform"]["left_out"])) if imports else None
+    try:
+        import torch
 
-    out: list[Any] = []
-    for device in accelerators:
-        try:
-            out.append(parity_check(device, steps=steps))
-        except Exception as exc:
-            out.append(f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}")
-    return out
+        facts["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda,
+                          "xpu": bool(getattr(torch.version, "xpu", None)) or hasattr(torch, "xpu")
+                          and torch.xpu.is_available(), "hip": getattr(torch.version, "hip", None)}
+    except Exception as exc:
+        facts["torch"] = {"error": f"{type(exc).__name__}: {exc}"}
+        return facts
+    import psutil
+
+    from .. import ipex
+
+    facts["fingerprint"] = system.fingerprint()
+    memory, mpirun = psutil.virtual_memory(), shutil.which("mpirun")
+    facts.update(isa=facts["fingerprint"]["bf16"], compiler=compiler_facts(), ipex_env=ipex.environment(),
+                 ipex_pins=ipex_pins(), kernel=_kernel(), datasets=_datasets(), disk=_disk(),
+                 allocators={name: ctypes.util.find_library(lib) for name, lib in ALLOCATORS.items()},
+                 memory={"available": memory.available, "total": memory.total},
+                 mpirun=(mpirun, _version_line(mpirun)[1] if mpirun else None),
+                 devices=_accelerators(), imports=None if children is None else _import_errors(children))
+    return facts
 
 
 def supported_minors(requires: str | None) -> list[str]:
@@ -375,77 +281,53 @@ def supported_minors(requires: str | None) -> list[str]:
     return [f"3.{m}" for m in range(8, 30) if spec.contains(f"3.{m}.0") or spec.contains(f"3.{m}.99")]
 
 
-def _listed(items: Sequence[str]) -> str:
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
-
-
 def check_python(version: Sequence[int], requires: str | None, prefix: str = "", course_env: bool = True,
                  executable: str = "") -> Check:
     """The Python that runs the doctor (version, path, environment) against ``Requires-Python``."""
     text = ".".join(str(v) for v in version[:3])
     found = f"Python {text}" + (f" ({executable})" if executable else "")
     where = "" if course_env else f" (not the course environment: {prefix})"
-    supported = supported_minors(requires)
-    names = _listed(supported) if supported else "3.11"
+    supported = supported_minors(requires) or ["3.11"]
+    names = supported[0] if len(supported) == 1 else ", ".join(supported[:-1]) + " or " + supported[-1]
     install = (f"install Python {names} (the README's Prerequisites: on Ubuntu 24.04 and Debian 12/13 the system "
                "python3) and run `make setup`")
     if tuple(version[:2]) < (3, 10):
         return Check("python", "fail", f"{found} is too old for the course's torch{where}", install)
-    if requires:
-        if text not in SpecifierSet(requires):
-            return Check("python", "warn", f"{found} is not supported: the course's pins install on Python {names} "
-                         f"(requires-python {requires}){where}", install)
+    if requires and text not in SpecifierSet(requires):
+        return Check("python", "warn", f"{found} is not supported: the course's pins install on Python {names} "
+                     f"(requires-python {requires}){where}", install)
     if not course_env:
         return Check("python", "warn", f"{found}, supported{where}",
                      "run the course from its environment: `make doctor`, or the venv's own python")
-    return _ok("python", f"{found}, supported ({'the course supports ' + names if supported else 'no requirement'})")
+    return _ok("python", f"{found}, supported ({'the course supports ' + names if requires else 'no requirement'})")
 
 
 def check_pins(pins: Sequence[dict[str, Any]]) -> Check:
     """Each pinned requirement (``name``, ``spec``, ``installed``) against what is installed."""
-    missing_core = [p["name"] for p in pins if p["installed"] is None and p["name"] in CORE_PACKAGES]
-    missing = [p["name"] for p in pins if p["installed"] is None and p["name"] not in CORE_PACKAGES]
-    wrong = [f"{p['name']} {p['installed']} (pinned {p['spec']})" for p in pins
-             if p["installed"] is not None and not p.get("matches", True)]
     if not pins:
         return Check("pins", "warn", "the course package's metadata lists no requirements (not installed?)",
                      "run `make setup` (installs helpers and the pinned packages)")
-    if missing_core:
-        return Check("pins", "fail", f"missing: {', '.join(missing_core + missing)}",
+    missing = [p["name"] for p in pins if p["installed"] is None]
+    wrong = [f"{p['name']} {p['installed']} (pinned {p['spec']})" for p in pins
+             if p["installed"] is not None and not p.get("matches", True)]
+    if set(missing) & CORE_PACKAGES:
+        return Check("pins", "fail", f"missing: {', '.join(missing)}",
                      "run `make setup` (it installs every pinned package)")
     if missing or wrong:
-        return Check("pins", "warn", "; ".join(filter(None, [f"missing: {', '.join(missing)}" if missing else "",
-                                                            f"other versions: {', '.join(wrong)}" if wrong else ""])),
+        found = [f"missing: {', '.join(missing)}"] if missing else []
+        found += [f"other versions: {', '.join(wrong)}"] if wrong else []
+        return Check("pins", "warn", "; ".join(found),
                      "run `make setup`; results may differ from the committed outputs until the pins match")
     return _ok("pins", f"all {len(pins)} pinned packages installed at their pinned versions")
 
 
 def check_torch_build(build: dict[str, Any]) -> Check:
-    """The torch build: version, CUDA / XPU support compiled in, and whether the GPU runtime works."""
+    """The torch build: its version and the GPU support (CUDA, XPU, ROCm) compiled in."""
     if build.get("error"):
         return Check("torch build", "fail", f"torch does not import: {build['error']}", "run `make setup`")
-    parts = [f"torch {build['version']}"]
-    parts.append(f"CUDA {build['cuda']}" if build.get("cuda") else "no CUDA")
-    parts.append("XPU" if build.get("xpu") else "no XPU")
-    if build.get("hip"):
-        parts.append(f"ROCm {build['hip']}")
-    message = ", ".join(parts) + " build"
-    if build.get("cuda") and build.get("cuda_devices", 0) == 0:
-        message += "; no NVIDIA GPU visible (the build also runs on the CPU)"
-    return _ok("torch build", message)
-
-
-def check_devices(found: Sequence[dict[str, Any]]) -> list[Check]:
-    """One check per device: its name and memory."""
-    checks = []
-    for d in found:
-        mem = f", {d['memory_gb']:.1f} GB" if d.get("memory_gb") else ""
-        if d.get("error"):
-            checks.append(Check(f"device {d['name']}", "warn", f"{d['name']} is present but fails: {d['error']}",
-                                "check the driver (nvidia-smi / xpu-smi); the course still runs on the CPU"))
-        else:
-            checks.append(_ok(f"device {d['name']}", f"{d['description']}{mem}"))
-    return checks
+    parts = [f"torch {build['version']}", f"CUDA {build['cuda']}" if build.get("cuda") else "no CUDA",
+             "XPU" if build.get("xpu") else "no XPU"] + ([f"ROCm {build['hip']}"] if build.get("hip") else [])
+    return _ok("torch build", ", ".join(parts) + " build (the devices check lists the GPUs it finds)")
 
 
 def check_cpu(fp: dict[str, Any]) -> Check:
@@ -460,17 +342,17 @@ def check_cpu(fp: dict[str, Any]) -> Check:
 
 def check_isa(flags: dict[str, bool], machine: str = "x86_64", system: str = "Linux") -> Check:
     """AVX2, AVX-512, AVX512-BF16, AMX: x86 only, read from Linux's /proc/cpuinfo (unknown elsewhere)."""
+    measured = "chapter 07 measures whether bf16 beats fp32 here"
     if machine not in X86_MACHINES:
         return _ok("instruction sets", f"{machine} CPU: AVX2, AVX-512 and AMX are x86 instruction sets and do not "
-                                       "apply; chapter 07 measures whether bf16 beats fp32 here")
+                                       f"apply; {measured}")
     if system != "Linux" and not any(flags.values()):
         return _ok("instruction sets", f"not read on {system} (the doctor reads them from Linux's /proc/cpuinfo); "
-                                       "chapter 07 measures whether bf16 beats fp32 here")
-    names = [("AVX2", "avx2"), ("AVX-512", "avx512"), ("AVX512-BF16", "native_bf16"), ("AMX", "amx")]
-    have = [n for n, k in names if flags.get(k)]
-    lacks = [n for n, k in names if not flags.get(k)]
-    msg = f"has {', '.join(have) or 'none of AVX2/AVX-512/AVX512-BF16/AMX'}" + (f"; lacks {', '.join(lacks)}"
-                                                                              if lacks else "")
+                                       f"{measured}")
+    names = {"AVX2": "avx2", "AVX-512": "avx512", "AVX512-BF16": "native_bf16", "AMX": "amx"}
+    lacks = [n for n, k in names.items() if not flags.get(k)]
+    msg = f"has {', '.join(n for n in names if n not in lacks) or 'none of AVX2/AVX-512/AVX512-BF16/AMX'}"
+    msg += f"; lacks {', '.join(lacks)}" if lacks else ""
     if not flags.get("avx2"):
         return Check("instruction sets", "warn", msg + ": every CPU chapter will be slow",
                      "expect several times the stated minutes; use COURSE_PROFILE=smoke to try the chapters")
@@ -491,53 +373,50 @@ def check_openmp(runtimes: Sequence[str]) -> Check:
     return _ok("openmp", f"loaded: {', '.join(kinds)} (chapter 04 shows which one serves the threads)")
 
 
-def _retired(note: str, setup_command: str) -> str:
-    """``note`` without its sentences that name ``setup_command`` (for platforms where it cannot work)."""
-    return " ".join(x for x in re.split(r"(?<=\.) ", note) if setup_command not in x)
-
-
-def check_ipex(env: dict[str, Any], plat: dict[str, Any], retirement: str, setup_command: str = "make setup-ipex",
-               pins: dict[str, str] | None = None) -> Check:
+def check_ipex(env: dict[str, Any], plat: dict[str, Any], pins: dict[str, str] | None = None) -> Check:
     """The IPEX environment (``helpers.ipex.environment``), always with IPEX's retired status."""
-    note = _retired(retirement, setup_command)
+    from ..ipex import RETIREMENT_NOTE, SETUP_COMMAND
+
+    note = " ".join(s for s in re.split(r"(?<=\.) ", RETIREMENT_NOTE) if SETUP_COMMAND not in s)
+    found = {"torch": env.get("torch"), "intel-extension-for-pytorch": env.get("ipex")}
+    off = [f"{k} {found[k]} (pinned {v})" for k, v in sorted((pins or {}).items())
+           if k in found and str(found[k]).split("+")[0] != v]
     if not plat.get("ipex_wheels", True):
         return Check("ipex", "warn", f"no IPEX wheel for {platform_label(plat)} (IPEX publishes CPU wheels for "
                      f"Linux x86-64 only): chapter 04 skips its IPEX arms. {note}",
                      "chapter 04's IPEX arms need a Linux x86-64 machine; the rest of the course runs here")
     if env.get("python") is None:
         return Check("ipex", "warn", f"the IPEX environment is not installed: chapter 04 skips its IPEX arms and "
-                     f"says so. {note}", f"optional: `{setup_command}` (torch 2.8 + IPEX 2.8, about 2 minutes, 7 GB)")
+                     f"says so. {note}", f"optional: `{SETUP_COMMAND}` (torch 2.8 + IPEX 2.8, about 2 minutes, 7 GB)")
     if not env.get("ok"):
         return Check("ipex", "warn", f"{env.get('message')}; chapter 04 skips its IPEX arms. {note}",
-                     f"rebuild it: `{setup_command}`")
-    found = {"torch": env.get("torch"), "intel-extension-for-pytorch": env.get("ipex")}
-    off = [f"{k} {found[k]} (pinned {v})" for k, v in sorted((pins or {}).items())
-           if k in found and str(found[k]).split("+")[0] != v]
+                     f"rebuild it: `{SETUP_COMMAND}`")
     if off:
         return Check("ipex", "warn", f"the IPEX environment holds other versions than its pins: {', '.join(off)}; "
-                     f"chapter 04's IPEX results may differ. {note}", f"rebuild it: `{setup_command}`")
+                     f"chapter 04's IPEX results may differ. {note}", f"rebuild it: `{SETUP_COMMAND}`")
     return _ok("ipex", f"IPEX environment ready: torch {env.get('torch')} + IPEX {env.get('ipex')} + the course "
                        f"package ({env.get('python')}); chapter 04 runs its IPEX arms there. {note}")
 
 
-def check_pruning(import_errors: dict[str, str | None], versions: dict[str, str | None], tried: bool = True,
+def check_pruning(imports: dict[str, str | None] | None, versions: dict[str, str | None],
                   left_out: Sequence[str] = ()) -> Check:
-    """NNI (masks) and Torch-Pruning (channel removal) importable, for chapter 06; NNI only where it is pinned."""
-    wanted = [(k, dist) for k, dist in (("nni", "nni"), ("torch_pruning", "torch-pruning")) if dist not in left_out]
+    """NNI (masks) and Torch-Pruning (channel removal) for chapter 06, NNI only where it is pinned.
+
+    ``imports``: the probe's {module: error}; None when it did not run (then only ``versions`` are read)."""
+    wanted, tried = wanted_imports(left_out), imports is not None
     if not tried:
-        import_errors = {k: "not installed" for k, dist in wanted if versions.get(dist) in (None, "not installed")}
-    bad = {k: v for k, v in import_errors.items() if v and k in dict(wanted)}
+        imports = {m: "not installed" for m in wanted if versions.get(IMPORTS[m]) in (None, "not installed")}
+    bad = sorted((m, imports[m]) for m in wanted if imports.get(m))
     if bad:
-        return Check("nni + torch-pruning", "warn",
-                     "; ".join(f"{k} does not import: {v}" for k, v in sorted(bad.items())),
+        return Check("nni + torch-pruning", "warn", "; ".join(f"{m} does not import: {e}" for m, e in bad),
                      "run `make setup`; chapter 06 needs " + ("both" if len(wanted) > 1 else "Torch-Pruning"))
-    how = "import" if tried else "installed (import not tried)"
+    pruning = f"Torch-Pruning {versions.get('torch-pruning')}"
     if "nni" in left_out:
-        return _ok("nni + torch-pruning", f"Torch-Pruning {versions.get('torch-pruning')} "
-                                          f"{'imports' if tried else 'is installed (import not tried)'}; "
-                                          "NNI is not pinned on this platform (see limit nni)")
+        how = "imports" if tried else "is installed (import not tried)"
+        return _ok("nni + torch-pruning", f"{pruning} {how}; NNI is not pinned on this platform (see limit nni)")
+    how = "import" if tried else "installed (import not tried)"
     return _ok("nni + torch-pruning", f"NNI {versions.get('nni')} (archived upstream; chapter 06 uses its pruners) "
-                                      f"and Torch-Pruning {versions.get('torch-pruning')} {how}")
+                                      f"and {pruning} {how}")
 
 
 def check_allocators(found: dict[str, str | None], system: str = "Linux") -> Check:
@@ -549,17 +428,15 @@ def check_allocators(found: dict[str, str | None], system: str = "Linux") -> Che
     if not have:
         return Check("allocators", "warn", "neither jemalloc nor tcmalloc is installed (chapter 04 skips that lever)",
                      APT_LINE)
-    return _ok("allocators", f"found {', '.join(have)} (chapter 04 can preload "
-                             f"{'them' if len(have) > 1 else 'it'})")
+    return _ok("allocators", f"found {', '.join(have)} (chapter 04 can preload {'them' if len(have) > 1 else 'it'})")
 
 
 def check_mpirun(path: str | None, version: str | None, system: str = "Linux") -> Check:
     """``mpirun`` (Open MPI) for chapter 11's mpirun launch."""
     if not path:
-        fix = {"Darwin": "macOS: `brew install open-mpi`",
-               "Windows": f"use WSL2 (Ubuntu) and, there, {APT_COMMAND}"
-               }.get(system, APT_LINE)
-        return Check("mpirun", "warn", "mpirun not found: chapter 11 shows the mpirun launch without running it", fix)
+        fix = {"Darwin": "macOS: `brew install open-mpi`", "Windows": f"use WSL2 (Ubuntu) and, there, {APT_COMMAND}"}
+        return Check("mpirun", "warn", "mpirun not found: chapter 11 shows the mpirun launch without running it",
+                     fix.get(system, APT_LINE))
     if version and "open mpi" not in version.lower() and "open-mpi" not in version.lower():
         return Check("mpirun", "warn", f"mpirun is not Open MPI ({version}): chapter 11's ranks come from Open MPI's "
                      "OMPI_COMM_WORLD_* variables", "install Open MPI and put its mpirun first on PATH; " + APT_LINE)
@@ -581,91 +458,91 @@ def check_kernel(kernel: dict[str, Any]) -> Check:
 
 def check_datasets(source: str, cached: dict[str, bool], online: bool | None) -> Check:
     """Real datasets on disk, or the machine online to download them; the stand-in needs neither."""
-    have = sorted(k for k, v in cached.items() if v)
-    lack = sorted(k for k, v in cached.items() if not v)
+    lack = ", ".join(sorted(k for k, v in cached.items() if not v))
     if not lack:
-        return _ok("datasets", f"cached: {', '.join(have)}")
+        return _ok("datasets", f"cached: {', '.join(sorted(cached))}")
     if source == "standin":
-        return _ok("datasets", f"COURSE_DATA=standin: chapters use the synthetic stand-in "
-                               f"(not cached: {', '.join(lack)})")
+        return _ok("datasets", f"COURSE_DATA=standin: chapters use the synthetic stand-in (not cached: {lack})")
     if online:
-        return _ok("datasets", f"not cached yet: {', '.join(lack)}; they download on first use (about 200 MB)")
-    return Check("datasets", "warn", f"not cached and the download hosts are unreachable: {', '.join(lack)}",
+        return _ok("datasets", f"not cached yet: {lack}; they download on first use (about 200 MB)")
+    return Check("datasets", "warn", f"not cached and the download hosts are unreachable: {lack}",
                  "put the files in COURSE_DATA_DIR (see README), or run with COURSE_DATA=standin")
+
+
+def _graded(name: str, value: float, message: str, fail: tuple[float, str], warn: tuple[float, str]) -> Check:
+    """A fail below ``fail[0]``, a warning below ``warn[0]`` (each with its fix), else ok."""
+    for status, (below, fix) in (("fail", fail), ("warn", warn)):
+        if value < below:
+            return Check(name, status, message, fix)
+    return _ok(name, message)
 
 
 def check_memory(available: int, total: int) -> Check:
     """Free memory: under 1 GB nothing trains; under 4 GB the workshop profile may swap."""
-    gb = available / 2**30
-    msg = f"{gb:.1f} GB free of {total / 2**30:.1f} GB"
-    if gb < 1:
-        return Check("memory", "fail", msg, "close other programs; the course needs at least 1 GB (4 GB for workshop)")
-    if gb < 4:
-        return Check("memory", "warn", msg, "close other programs or use COURSE_PROFILE=smoke")
-    return _ok("memory", msg)
+    return _graded("memory", available / 2**30, f"{available / 2**30:.1f} GB free of {total / 2**30:.1f} GB",
+                   (1, "close other programs; the course needs at least 1 GB (4 GB for workshop)"),
+                   (4, "close other programs or use COURSE_PROFILE=smoke"))
 
 
 def check_disk(free: dict[str, int]) -> Check:
     """Free disk where the course writes (results, the cache with datasets and the environment)."""
-    low = min(free.values()) / 2**30 if free else 0.0
-    msg = ", ".join(f"{k} {v / 2**30:.1f} GB free" for k, v in sorted(free.items()))
-    if low < 0.5:
-        return Check("disk", "fail", msg, "free some disk space: results and checkpoints need at least 0.5 GB")
-    if low < 5:
-        return Check("disk", "warn", msg, "free some disk space: the real datasets and results need about 5 GB")
-    return _ok("disk", msg)
+    return _graded("disk", min(free.values(), default=0) / 2**30,
+                   ", ".join(f"{k} {v / 2**30:.1f} GB free" for k, v in sorted(free.items())),
+                   (0.5, "free some disk space: results and checkpoints need at least 0.5 GB"),
+                   (5, "free some disk space: the real datasets and results need about 5 GB"))
 
 
-def check_parity(results: Sequence[Any], accelerators: Sequence[str]) -> list[Check]:
-    """One check per accelerator from ``arc_workloads.parity_check`` results (or the error it raised)."""
-    if not accelerators:
-        return [_ok("parity", "no accelerator: the CPU is the reference, nothing to compare")]
+def check_devices(found: Sequence[dict[str, Any]]) -> list[Check]:
+    """One check per GPU: what it is, and whether a few training steps there agree with the CPU's."""
+    if not found:
+        return [_ok("devices", "no accelerator: the CPU is the reference, nothing to compare")]
     checks = []
-    for device, res in zip(accelerators, results):
-        if isinstance(res, str):
-            checks.append(Check(f"parity {device}", "fail", f"training on {device} failed: {res}",
-                                f"update the {device} driver and torch build, or run with --device cpu"))
-        elif res.ok:
-            checks.append(_ok(f"parity {device}", res.summary()))
+    for d in found:
+        name = d["name"]
+        if d.get("error"):
+            checks.append(Check(f"device {name}", "fail", f"training on {name} failed: {d['error']}",
+                                f"update the {name} driver and torch build, or run with --device cpu"))
+        elif d["parity"].ok:
+            checks.append(_ok(f"device {name}", f"{d['description']}: {d['parity'].summary()}"))
         else:
-            checks.append(Check(f"parity {device}", "fail", res.summary(),
-                                f"do not trust training on {device}: update its driver / torch build, "
+            checks.append(Check(f"device {name}", "fail", f"{d['description']}: {d['parity'].summary()}",
+                                f"do not trust training on {name}: update its driver / torch build, "
                                 "or pick the CPU (`--device cpu`, `DEVICE=cpu`)"))
     return checks
 
 
 def check_compiler(compiler: dict[str, Any], system: str = "Linux") -> Check:
     """The C++ compiler and Python headers that torch.compile needs to build its CPU kernels."""
-    py = compiler.get("python", "3.11")
+    py, cxx = compiler.get("python", "3.11"), compiler.get("cxx")
     fixes = {"Linux": f"Debian/Ubuntu: `sudo apt-get install g++ python{py}-dev` (other distributions: their g++ "
                       f"and Python {py} development packages)",
              "Darwin": "macOS: `xcode-select --install` (the Command Line Tools bring clang++ as c++)",
              "Windows": f"use WSL2 (Ubuntu) and, there, `sudo apt-get install g++ python{py}-dev`"}
     fix = fixes.get(system, fixes["Linux"])
     cant = "torch.compile on the CPU cannot build its kernels (chapter 03 and the compiled arms of later chapters)"
-    if compiler.get("cxx_env") and not compiler.get("cxx"):
+    if compiler.get("cxx_env") and not cxx:
         return Check("c++ compiler", "fail", f"$CXX is {compiler['cxx_env']!r}, which is not found: {cant}",
                      f"point CXX at an installed compiler or unset it; {fix}")
-    if not compiler.get("cxx"):
+    if not cxx:
         return Check("c++ compiler", "fail", f"no C++ compiler ($CXX unset, no g++ or c++ on PATH): {cant}", fix)
     if not compiler.get("runs", True):
-        return Check("c++ compiler", "fail", f"{compiler['cxx']} does not run "
-                     f"({compiler.get('version') or 'no output'}): {cant}", fix)
+        return Check("c++ compiler", "fail", f"{cxx} does not run ({compiler.get('version') or 'no output'}): {cant}",
+                     fix)
     if not compiler.get("python_h"):
         if system == "Darwin":
             fix = (f"reinstall Python {py} from python.org or with Homebrew (`brew install python@{py}`): "
                    "both ship the headers")
-        return Check("c++ compiler", "fail", f"{compiler['cxx']} found, but Python.h is missing from "
-                     f"{compiler.get('include')}: {cant}", fix)
+        return Check("c++ compiler", "fail", f"{cxx} found, but Python.h is missing from {compiler.get('include')}: "
+                     f"{cant}", fix)
     source = "$CXX" if compiler.get("cxx_env") else "PATH"
-    return _ok("c++ compiler", f"{compiler['cxx']} (from {source}; {compiler.get('version') or 'version unknown'}) "
+    return _ok("c++ compiler", f"{cxx} (from {source}; {compiler.get('version') or 'version unknown'}) "
                                "and Python.h: torch.compile can build CPU kernels")
 
 
 def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> list[Check]:
     """The platform, then one ``limit ...`` warning per thing the course cannot do there (docs/hardware.md)."""
     system, label = plat.get("system", ""), platform_label(plat)
-    limits: list[Check] = []
+    limits = []
     for dist in plat.get("left_out", []):
         why, fix = LEFT_OUT_LIMITS.get(dist, (f"{dist} is not installed on {{label}} (its pin excludes this "
                                               "platform)", f"the parts that use {dist} need another platform"))
@@ -681,7 +558,8 @@ def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> li
                   "if a result looks wrong, compare with the CPU (`DEVICE=cpu`); the parity check compares mps "
                   "with it"),
         ]
-        if plat.get("macos") and _version_tuple(plat["macos"]) < (14,):
+        release = tuple(int(p) for p in re.findall(r"\d+", plat.get("macos") or "")[:1])
+        if release and release < (14,):
             limits.append(Check("limit macOS", "warn", f"macOS {plat['macos']}: the pins are resolved for macOS 14 "
                                 "or later (`make platforms`); older releases are not checked",
                                 "update macOS to 14 or later"))
@@ -697,42 +575,27 @@ def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> li
         head = _ok("platform", f"{where}: the course runs with {len(limits)} limit(s), listed below")
     else:
         head = _ok("platform", f"{where}: no platform limits (IPEX: see the ipex check)")
-    return [head] + limits
-
-
-def _version_tuple(text: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+    return [head, *limits]
 
 
 def judge(facts: dict[str, Any]) -> list[Check]:
-    """Every check, from facts shaped like ``gather()``'s (missing facts are skipped)."""
+    """Every check, from facts shaped like ``gather()``'s (after a torch that does not import, the first three)."""
     py = facts["python"]
     checks = [check_python(py["version"], py.get("requires"), py.get("prefix", ""), py.get("course_env", True),
                            py.get("executable", "")),
               check_pins(facts.get("pins", [])), check_torch_build(facts.get("torch", {}))]
     if "fingerprint" not in facts:
         return checks
-    from ..ipex import RETIREMENT_NOTE, SETUP_COMMAND
-
-    imports = facts.get("imports")
-    tried = imports is not None
-    imports = imports or {}
-    versions = facts["fingerprint"].get("versions", {})
-    plat = facts["platform"]
+    plat, fingerprint, data = facts["platform"], facts["fingerprint"], facts["datasets"]
     system = plat.get("system", "Linux")
-    checks += check_devices(facts["devices"])
-    checks += [check_cpu(facts["fingerprint"]), check_isa(facts["isa"], plat.get("machine", "x86_64"), system),
-               check_openmp(facts["fingerprint"].get("openmp", [])), check_compiler(facts["compiler"], system)]
-    checks += check_platform(plat, facts["accelerators"])
-    checks += [check_ipex(facts["ipex_env"], plat, RETIREMENT_NOTE, SETUP_COMMAND, facts.get("ipex_pins")),
-               check_pruning({k: imports.get(k) for k in ("nni", "torch_pruning")}, versions, tried,
-                             plat.get("left_out", [])),
-               check_allocators(facts["allocators"], system), check_mpirun(*facts["mpirun"], system=system),
-               check_kernel(facts["kernel"]),
-               check_datasets(facts["datasets"]["source"], facts["datasets"]["cached"], facts["datasets"]["online"]),
-               check_memory(facts["memory"]["available"], facts["memory"]["total"]), check_disk(facts["disk"])]
-    checks += check_parity(facts["parity"], facts["accelerators"])
-    return checks
+    return [*checks, *check_devices(facts["devices"]), check_cpu(fingerprint),
+            check_isa(facts["isa"], plat.get("machine", "x86_64"), system), check_openmp(fingerprint.get("openmp", [])),
+            check_compiler(facts["compiler"], system), *check_platform(plat, [d["name"] for d in facts["devices"]]),
+            check_ipex(facts["ipex_env"], plat, facts.get("ipex_pins")),
+            check_pruning(facts.get("imports"), fingerprint.get("versions", {}), plat.get("left_out", [])),
+            check_allocators(facts["allocators"], system), check_mpirun(*facts["mpirun"], system=system),
+            check_kernel(facts["kernel"]), check_datasets(data["source"], data["cached"], data["online"]),
+            check_memory(facts["memory"]["available"], facts["memory"]["total"]), check_disk(facts["disk"])]
 
 
 def exit_status(checks: Sequence[Check]) -> int:
@@ -741,36 +604,32 @@ def exit_status(checks: Sequence[Check]) -> int:
 
 
 def report(checks: Sequence[Check], fingerprint: dict[str, Any]) -> dict[str, Any]:
-    """The content of ``doctor.json``: version, fingerprint (with the private machine id), checks."""
-    return {"version": DOCTOR_VERSION, "fingerprint": fingerprint,
-            "checks": [asdict(c) for c in checks],
+    """The content of ``doctor.json``: version, fingerprint (with the private machine id), checks, summary."""
+    return {"version": DOCTOR_VERSION, "fingerprint": fingerprint, "checks": [asdict(c) for c in checks],
             "summary": {s: sum(c.status == s for c in checks) for s in STATUSES}}
 
 
-def format_checks(checks: Sequence[Check], redact: Callable[[str], str] | None = None) -> str:
-    """Aligned text, one line per check and the fix beneath warnings and failures."""
-    redact = redact or (lambda text: text)
+def format_checks(checks: Sequence[Check]) -> str:
+    """Aligned text, one line per check and the fix beneath warnings and failures, then the counts."""
     width = max((len(c.name) for c in checks), default=0)
     marks = {"ok": "ok  ", "warn": "WARN", "fail": "FAIL"}
     lines = []
     for c in checks:
-        lines.append(f"[{marks[c.status]}] {c.name.ljust(width)}  {redact(c.message)}")
+        lines.append(f"[{marks[c.status]}] {c.name.ljust(width)}  {c.message}")
         if c.fix:
-            lines.append(f"       {' ' * width}  fix: {redact(c.fix)}")
-    counts = {s: sum(c.status == s for c in checks) for s in STATUSES}
+            lines.append(f"       {' ' * width}  fix: {c.fix}")
+    counts = report(checks, {})["summary"]
     lines.append(f"{counts['ok']} ok, {counts['warn']} warning(s), {counts['fail']} failure(s)"
-                 + ("" if not counts["fail"] else ": the course cannot run until the failures are fixed"))
+                 + (": the course cannot run until the failures are fixed" if counts["fail"] else ""))
     return "\n".join(lines)
 
 
-def run(out: Path | str | None = None, *, parity_steps: int = 5, imports: bool = True,
+def run(out: Path | str | None = None, *, imports: bool = True,
         facts: dict[str, Any] | None = None) -> tuple[list[Check], dict[str, Any], Path]:
     """Gather (unless ``facts`` are given), judge, write ``doctor.json``; returns checks, report, path."""
-    facts = gather(parity_steps=parity_steps, imports=imports) if facts is None else facts
+    facts = gather(imports=imports) if facts is None else facts
     checks = judge(facts)
-    fingerprint = dict(facts.get("fingerprint", {}))
-    fingerprint["machine_id"] = system.machine_id()
-    payload = report(checks, fingerprint)
+    payload = report(checks, {**facts.get("fingerprint", {}), "machine_id": system.machine_id()})
     path = Path(out) if out is not None else results.results_dir() / "doctor.json"
     files.atomic_write_text(path, json.dumps(workshop.redact(payload, all_paths=False), indent=2, default=str) + "\n")
     return checks, payload, path
@@ -779,21 +638,15 @@ def run(out: Path | str | None = None, *, parity_steps: int = 5, imports: bool =
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m helpers.course.doctor", description=__doc__.splitlines()[0])
     p.add_argument("--out", default=None, help="where to write doctor.json (default results/doctor.json)")
-    p.add_argument("--parity-steps", type=int, default=5, help="training steps of the parity probe per accelerator")
     p.add_argument("--no-imports", action="store_true",
                    help="skip importing NNI and Torch-Pruning in a child process (faster, less sure)")
     args = p.parse_args(argv)
     start = time.perf_counter()
     print("Checking the course setup (10-30 s) ...", flush=True)
-    checks, _, path = run(args.out, parity_steps=args.parity_steps, imports=not args.no_imports)
-    names = workshop.private_names()
-    print(format_checks(checks, lambda t: workshop.redact_text(t, names, all_paths=False)))
-    shown = path.resolve()
-    try:
-        shown = shown.relative_to(Path.cwd().resolve())
-    except ValueError:
-        pass
-    print(f"wrote {workshop.redact_text(str(shown), names, all_paths=False)} in {time.perf_counter() - start:.0f} s")
+    checks, _, path = run(args.out, imports=not args.no_imports)
+    path, here = path.resolve(), Path.cwd().resolve()
+    text = f"{format_checks(checks)}\nwrote {path.relative_to(here) if path.is_relative_to(here) else path}"
+    print(workshop.redact_text(text, all_paths=False) + f" in {time.perf_counter() - start:.0f} s")
     return exit_status(checks)
 
 

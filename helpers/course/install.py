@@ -1,8 +1,7 @@
 """The course's environments: ``python -m helpers.course.install`` (make setup, setup-ipex, platforms, clean-venv).
 
-Install steps of the XPU and IPEX environments, their keys (py3.X + a hash of the pins), the pins' check on
-other platforms, and a build under a lock (``lock``: one clone builds, the others wait, then reuse it).
-Standard library only until the lock: the system python3 runs it first. Why: docs/environments.md."""
+The XPU and IPEX environments' install steps, the default one's key, the pins' check on other platforms and a build
+under a lock. Standard library only: the system python3 runs it. Why: docs/environments.md."""
 
 from __future__ import annotations
 
@@ -10,6 +9,7 @@ import argparse
 import hashlib
 import json
 import os
+import platform
 import re
 import shlex
 import shutil
@@ -17,19 +17,16 @@ import subprocess
 import sys
 import tempfile
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
 from ..envs import DEFAULT_CACHE, ROOT, ipex_venv, pins_key, python_tag  # noqa: F401  (part of this module's API)
+from ..processes import tail
 
+PYPROJECT = ROOT / "pyproject.toml"
 XPU_INDEX = "https://download.pytorch.org/whl/xpu"
 FROM_TORCH_INDEX: tuple[str, ...] = ("torch", "torchvision")
-UNPINNED: dict[str, str] = {
-    "intel-openmp": "the XPU build of torch requires Intel's runtime packages at versions of its own",
-}
-REQUIREMENTS_FILE = "xpu-requirements.txt"
-CONSTRAINTS_FILE = "xpu-constraints.txt"
+UNPINNED = {"intel-openmp"}  # the XPU build of torch requires Intel's runtime packages at versions of its own
 
 _REQUIREMENT = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:==\s*([^;\s]+))?\s*(;.*)?$")
 
@@ -52,113 +49,94 @@ def parse_pin(line: str) -> tuple[str, str | None, str]:
     return normalize(name), version, (marker or "").lstrip(";").strip()
 
 
-def course_requirements(pyproject: Path | str = ROOT / "pyproject.toml", extras: Sequence[str] = ("test",)) -> list[str]:
-    """The pins of ``[project] dependencies`` plus those of the named optional extras, as written."""
+def course_requirements(pyproject: Path | str = PYPROJECT) -> list[str]:
+    """The pins of ``[project] dependencies`` plus those of the ``test`` extra, as written."""
     project = tomllib.loads(Path(pyproject).read_text())["project"]
-    optional = project.get("optional-dependencies", {})
-    unknown = [e for e in extras if e not in optional]
-    if unknown:
-        raise InstallError(f"pyproject.toml has no extra {', '.join(unknown)} (it has {', '.join(optional) or 'none'})")
-    return list(project["dependencies"]) + [r for e in extras for r in optional[e]]
+    return list(project["dependencies"]) + list(project["optional-dependencies"]["test"])
 
 
-@dataclass(frozen=True)
-class XpuPlan:
-    """What goes where: torch/torchvision from the XPU index, the rest from PyPI under constraints."""
-
-    torch_requirements: list[str]
-    requirements: list[str]
-    constraints: list[str]
-    project_name: str
-
-
-def xpu_plan(pyproject: Path | str = ROOT / "pyproject.toml") -> XpuPlan:
-    """Split the course's pins into the XPU environment's three install steps."""
-    torch_reqs: dict[str, str] = {}
+def xpu_plan(pyproject: Path | str = PYPROJECT) -> tuple[list[str], list[str]]:
+    """The course's pins for the XPU environment: (torch and torchvision, from the XPU index; the rest, from PyPI)."""
+    torch_versions: dict[str, str | None] = {}
     rest = []
     for line in course_requirements(pyproject):
         name, version, marker = parse_pin(line)
         if name in FROM_TORCH_INDEX:
-            if version is None:
-                raise InstallError(f"{name} must be pinned with == in pyproject.toml (found {line!r})")
-            torch_reqs[name] = version
-        elif name in UNPINNED:
-            rest.append(name + (f"; {marker}" if marker else ""))
+            torch_versions[name] = version
         else:
-            rest.append(line.strip())
-    missing = [n for n in FROM_TORCH_INDEX if n not in torch_reqs]
-    if missing:
-        raise InstallError(f"pyproject.toml pins no {', '.join(missing)}")
-    project_name = tomllib.loads(Path(pyproject).read_text())["project"]["name"]
-    return XpuPlan(torch_requirements=[f"{n}=={v}" for n, v in torch_reqs.items()], requirements=rest,
-                   constraints=[f"{n}=={v}+xpu" for n, v in torch_reqs.items()], project_name=normalize(project_name))
+            rest.append(name + (f"; {marker}" if marker else "") if name in UNPINNED else line.strip())
+    unpinned = [n for n in FROM_TORCH_INDEX if not torch_versions.get(n)]
+    if unpinned:
+        raise InstallError(f"pyproject.toml must pin {' and '.join(unpinned)} with == (name==version)")
+    return [f"{n}=={v}" for n, v in torch_versions.items()], rest
 
 
-def write_files(plan: XpuPlan, folder: Path | str) -> tuple[Path, Path]:
-    """Write the requirements and constraints files of ``plan`` into ``folder``; return their paths."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    req, con = folder / REQUIREMENTS_FILE, folder / CONSTRAINTS_FILE
+def _pip_install(python: str, *args: str) -> list[str]:
+    return [python, "-m", "pip", "install", "--quiet", *args]
+
+
+def xpu_commands(python: str, folder: Path | str, project: Path | str = ROOT,
+                 pyproject: Path | str = PYPROJECT) -> list[list[str]]:
+    """The commands that install the XPU environment; its requirements and constraints files go to ``folder``."""
+    torch_requirements, requirements = xpu_plan(pyproject)
+    req, con = Path(folder) / "xpu-requirements.txt", Path(folder) / "xpu-constraints.txt"
+    req.parent.mkdir(parents=True, exist_ok=True)
     head = "# Written by python -m helpers.course.install from pyproject.toml; do not edit (it is rewritten).\n"
-    req.write_text(head + "".join(f"{r}\n" for r in plan.requirements))
-    con.write_text(head + "# torch and torchvision stay the XPU builds installed from " + XPU_INDEX + "\n"
-                   + "".join(f"{c}\n" for c in plan.constraints))
-    return req, con
-
-
-def xpu_commands(plan: XpuPlan, python: str, folder: Path | str, project: Path | str = ROOT) -> list[list[str]]:
-    """The commands that install the XPU environment with ``python`` (files from ``write_files`` in ``folder``)."""
-    folder = Path(folder)
-    pip = [python, "-m", "pip", "install", "--quiet"]
+    req.write_text(head + "".join(f"{r}\n" for r in requirements))
+    con.write_text(head + "".join(f"{r}+xpu\n" for r in torch_requirements))
     check = ("import torch, torchvision; v = torch.__version__; "
              "assert v.endswith('+xpu'), f'expected the XPU build of torch, found {v}'; "
-             "print('torch', v, '| torchvision', torchvision.__version__, '| xpu available:', torch.xpu.is_available())")
-    return [
-        pip + plan.torch_requirements + ["--index-url", XPU_INDEX],
-        pip + ["-r", str(folder / REQUIREMENTS_FILE), "-c", str(folder / CONSTRAINTS_FILE)],
-        pip + ["--no-deps", "-e", str(project)],
-        [python, "-c", check],
-    ]
+             "print('torch', v, '| torchvision', torchvision.__version__, "
+             "'| xpu available:', torch.xpu.is_available())")
+    return [_pip_install(python, *torch_requirements, "--index-url", XPU_INDEX),
+            _pip_install(python, "-r", str(req), "-c", str(con)),
+            _pip_install(python, "--no-deps", "-e", str(project)), [python, "-c", check]]
 
 
-def unexpected_pip_check_lines(output: str, plan: XpuPlan) -> list[str]:
-    """``pip check`` lines other than the course package's own metadata naming an ``UNPINNED`` package."""
+def unexpected_pip_check_lines(output: str, pyproject: Path | str = PYPROJECT) -> list[str]:
+    """``pip check`` lines other than the course package's own requirement of an ``UNPINNED`` package."""
+    project_name = normalize(tomllib.loads(Path(pyproject).read_text())["project"]["name"])
     out = []
-    for line in output.splitlines():
-        line = line.strip()
-        if not line or line.startswith("No broken requirements"):
-            continue
-        words = line.split()
-        if normalize(words[0]) == plan.project_name and any(
-                normalize(w.strip(",.")) in UNPINNED or normalize(w.split("=")[0]) in UNPINNED for w in words[2:]):
-            continue
-        out.append(line)
+    for line in filter(None, map(str.strip, output.splitlines())):
+        words = [normalize(re.split(r"[=<>!~,]", word)[0]) for word in line.split()]
+        planned = words[0] == project_name and UNPINNED & {*words[2:5]}
+        if not (planned or line.startswith("No broken requirements")):
+            out.append(line)
     return out
 
 
-def ipex_pins(pyproject: Path | str = ROOT / "pyproject.toml") -> list[str]:
+def ipex_pins(pyproject: Path | str = PYPROJECT) -> list[str]:
     """The IPEX environment's pins: ``[tool.course.ipex-environment] dependencies``."""
     tool = tomllib.loads(Path(pyproject).read_text()).get("tool", {}).get("course", {})
     pins = tool.get("ipex-environment", {}).get("dependencies")
     if not pins:
         raise InstallError("pyproject.toml has no [tool.course.ipex-environment] dependencies")
-    for line in pins:
-        if parse_pin(line)[1] is None:
-            raise InstallError(f"the IPEX environment's pins must be exact (name==version): {line!r}")
     return list(pins)
 
 
-def supported_pythons(pyproject: Path | str = ROOT / "pyproject.toml") -> list[str]:
+def ipex_commands(python: str, pins: Sequence[str], project: Path | str = ROOT) -> list[list[str]]:
+    """The commands that install the IPEX environment into the venv of ``python``."""
+    check = ("import importlib.metadata as m, torch; "
+             "print('IPEX environment: torch', torch.__version__, '| intel-extension-for-pytorch', "
+             "m.version('intel-extension-for-pytorch'))")
+    return [_pip_install(python, *pins), _pip_install(python, "--no-deps", "-e", str(project)), [python, "-c", check]]
+
+
+def ipex_supported(system: str | None = None, machine: str | None = None) -> bool:
+    """IPEX 2.8.0 publishes CPU wheels for Linux x86-64 only."""
+    return (system or platform.system()) == "Linux" and (machine or platform.machine()) in ("x86_64", "AMD64")
+
+
+def supported_pythons(pyproject: Path | str = PYPROJECT) -> list[str]:
     """The minor versions ``requires-python`` admits (``">=3.11,<3.14"`` -> ``["3.11", "3.12", "3.13"]``)."""
     spec = tomllib.loads(Path(pyproject).read_text())["project"]["requires-python"]
-    low = re.search(r">=\s*3\.(\d+)", spec)
-    high = re.search(r"<\s*3\.(\d+)", spec)
-    if not (low and high):
+    bounds = re.fullmatch(r">=\s*3\.(\d+)\s*,\s*<\s*3\.(\d+)", spec.strip())
+    if not bounds:
         raise InstallError(f"requires-python must read '>=3.X,<3.Y' (found {spec!r})")
-    return [f"3.{m}" for m in range(int(low.group(1)), int(high.group(1)))]
+    return [f"3.{m}" for m in range(int(bounds.group(1)), int(bounds.group(2)))]
 
 
-def env_key(pyproject: Path | str = ROOT / "pyproject.toml", version: Sequence[int] | None = None) -> str:
+def env_key(pyproject: Path | str = PYPROJECT, version: Sequence[int] | None = None) -> str:
     """The default (and XPU) environment's key: ``py3.X-`` and 12 hex digits of a hash of the parsed pins."""
     project = tomllib.loads(Path(pyproject).read_text())["project"]
     pins = [project["requires-python"], project["dependencies"], project.get("optional-dependencies", {})]
@@ -166,89 +144,29 @@ def env_key(pyproject: Path | str = ROOT / "pyproject.toml", version: Sequence[i
     return f"{python_tag(version)}-{digest}"
 
 
-def ipex_supported(system: str | None = None, machine: str | None = None) -> bool:
-    """IPEX 2.8.0 publishes CPU wheels for Linux x86-64 only."""
-    import platform  # noqa: PLC0415
-
-    return (system or platform.system()) == "Linux" and (machine or platform.machine()) in ("x86_64", "AMD64")
-
-
-def ipex_commands(python: str, pins: Sequence[str], project: Path | str = ROOT) -> list[list[str]]:
-    """The commands that install the IPEX environment into the venv of ``python``."""
-    pip = [python, "-m", "pip", "install", "--quiet"]
-    check = ("import importlib.metadata as m, torch; "
-             "print('IPEX environment: torch', torch.__version__, '| intel-extension-for-pytorch', "
-             "m.version('intel-extension-for-pytorch'))")
-    return [pip + list(pins), pip + ["--no-deps", "-e", str(project)], [python, "-c", check]]
-
-
-def course_environments(cache: Path | str | None = None) -> list[Path]:
-    """Every ``venv-*`` folder in ``cache`` (default, IPEX, XPU; any pins and Python), links included."""
-    folder = Path(cache or DEFAULT_CACHE)
-    return sorted(p for p in folder.glob("venv-*") if p.is_dir()) if folder.is_dir() else []
-
-
-def folder_size(path: Path | str) -> int:
-    """Bytes of the files under ``path`` (links not followed)."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.lstat(os.path.join(root, name)).st_size
-            except OSError:
-                pass
-    return total
-
-
-PLATFORMS: dict[str, str] = {
+PLATFORMS: dict[str, str] = {  # where the default pins must install, as uv's --python-platform names them
     "Linux x86-64": "x86_64-manylinux_2_28",
     "Linux aarch64": "aarch64-manylinux_2_28",
     "macOS arm64 (14 or later)": "aarch64-apple-darwin",
     "Windows x86-64": "x86_64-pc-windows-msvc",
 }
-"""The platforms the default pins must install on, as uv's ``--python-platform`` names them."""
 MACOS_TARGET = "14.0"
-IPEX_PLATFORM = "Linux x86-64"
-"""The one platform the IPEX environment's pins are resolved for (IPEX publishes no other CPU wheels)."""
+IPEX_PLATFORM = "Linux x86-64"  # the one platform of the IPEX pins (IPEX publishes no other CPU wheels)
 
 
-def check_platforms(python: str = sys.executable, pyproject: Path | str = ROOT / "pyproject.toml",
-                    folder: Path | str | None = None) -> dict[tuple[str, str, str], str]:
+def check_platforms(python: str = sys.executable, pyproject: Path | str = PYPROJECT) -> dict[tuple[str, str, str], str]:
     """Resolve the default pins per platform and Python, the IPEX pins on Linux x86-64; {key: uv's error or ""}."""
-    folder = Path(folder or tempfile.mkdtemp(prefix="course-platforms-"))
-    default, ipex = folder / "course-requirements.txt", folder / "ipex-requirements.txt"
-    default.write_text("".join(f"{r}\n" for r in course_requirements(pyproject)))
-    ipex.write_text("".join(f"{r}\n" for r in ipex_pins(pyproject)))
+    pins = {"default": course_requirements(pyproject), "IPEX": ipex_pins(pyproject)}
     env = {**os.environ, "MACOSX_DEPLOYMENT_TARGET": MACOS_TARGET}
-    jobs = [("default", name, version, default) for version in supported_pythons(pyproject) for name in PLATFORMS]
-    jobs += [("IPEX", IPEX_PLATFORM, version, ipex) for version in supported_pythons(pyproject)]
+    jobs = [("default", name, version) for version in supported_pythons(pyproject) for name in PLATFORMS]
+    jobs += [("IPEX", IPEX_PLATFORM, version) for version in supported_pythons(pyproject)]
     out = {}
-    for kind, name, version, req in jobs:  # uv pip compile for one platform and Python, wheels only
-        cmd = [python, "-m", "uv", "pip", "compile", str(req), "--python-version", version, "--python-platform",
+    for kind, name, version in jobs:  # uv pip compile (pins on stdin) for one platform and Python, wheels only
+        cmd = [python, "-m", "uv", "pip", "compile", "-", "--python-version", version, "--python-platform",
                PLATFORMS[name], "--only-binary", ":all:", "--no-header", "--quiet", "--no-annotate"]
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        out[(kind, name, version)] = "" if proc.returncode == 0 else tail_lines(proc.stderr or proc.stdout)
+        proc = subprocess.run(cmd, input="\n".join(pins[kind]) + "\n", capture_output=True, text=True, env=env)
+        out[(kind, name, version)] = "" if proc.returncode == 0 else tail(proc.stderr or proc.stdout, 6)
     return out
-
-
-def tail_lines(text: str, lines: int = 6) -> str:
-    """The last ``lines`` non-empty lines of ``text``."""
-    return "\n".join([ln for ln in text.strip().splitlines() if ln.strip()][-lines:])
-
-
-def lock_path(venv: Path | str) -> Path:
-    """The lock file of an environment's build: ``<venv>.lock``, beside the folder (its build removes the folder)."""
-    venv = Path(venv)
-    return venv.with_name(venv.name + ".lock")
-
-
-def filelock_requirement(pyproject: Path | str = ROOT / "pyproject.toml") -> str:
-    """filelock as the course pins it (torch depends on it), else unpinned: what the lock tool installs."""
-    for line in course_requirements(pyproject, extras=()):
-        name, version, _ = parse_pin(line)
-        if name == "filelock":
-            return f"filelock=={version}" if version else "filelock"
-    return "filelock"
 
 
 def venv_python(venv: Path | str) -> Path:
@@ -257,35 +175,28 @@ def venv_python(venv: Path | str) -> Path:
 
 
 def _make_lock_tool(folder: Path) -> None:
-    """A venv in ``folder`` with filelock only (seconds; needs the package index)."""
-    for cmd in ([sys.executable, "-m", "venv", str(folder)],
-                [str(venv_python(folder)), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                 filelock_requirement()]):
+    """A venv in ``folder`` with filelock only, at the version the course pins (seconds; needs the package index)."""
+    pin = next((line for line in course_requirements() if normalize(parse_pin(line)[0]) == "filelock"), "filelock")
+    for cmd in ([sys.executable, "-m", "venv", str(folder)], _pip_install(str(venv_python(folder)), pin)):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise InstallError(f"could not make the lock tool ({shlex.join(cmd)}): "
-                               f"{tail_lines(proc.stderr or proc.stdout, 3)}; check the network and run make again")
+                               f"{tail(proc.stderr or proc.stdout, 3)}; check the network and run make again")
 
 
 def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool) -> Path:
     """The Python of ``<cache>/.lock-tool-py3.X`` (a venv with filelock), made once and renamed into place."""
     cache = Path(cache)
     final = cache / f".lock-tool-{python_tag()}"
-    if venv_python(final).exists() and subprocess.run([str(venv_python(final)), "-c", "import filelock"],
-                                                      capture_output=True).returncode == 0:
-        return venv_python(final)
+    python = venv_python(final)
+    if python.exists() and subprocess.run([str(python), "-c", "import filelock"], capture_output=True).returncode == 0:
+        return python
     cache.mkdir(parents=True, exist_ok=True)
     print(f"Making the lock tool of the course environments (filelock, once per Python): {final}", flush=True)
     private = Path(tempfile.mkdtemp(prefix=final.name + ".tmp-", dir=cache))
     try:
         make(private)
-        if final.exists():  # a broken one: move it aside in one step, then remove it
-            aside = Path(tempfile.mkdtemp(prefix=final.name + ".old-", dir=cache))
-            try:
-                os.replace(final, aside / "x")
-            except OSError:
-                pass
-            shutil.rmtree(aside, ignore_errors=True)
+        shutil.rmtree(final, ignore_errors=True)  # a broken one
         try:
             os.rename(private, final)
         except OSError:  # another clone's went in first: use that one
@@ -295,28 +206,21 @@ def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool)
     return venv_python(final)
 
 
-def build_locked(venv: Path | str, command: Sequence[str], say: Callable[[str], None] = print,
-                 note_every: float = 60.0) -> int:
-    """Run ``command`` (it builds ``venv``, then writes ``<venv>/.installed``) holding ``<venv>.lock``."""
-    from .. import locks  # noqa: PLC0415  (filelock: not importable before the lock tool runs this)
+def build_locked(venv: Path | str, command: Sequence[str], say: Callable[[str], None] = print) -> int:
+    """Run ``command`` (it builds ``venv``, then writes ``<venv>/.installed``) holding ``<venv>.lock`` (filelock)."""
+    from .. import locks  # noqa: PLC0415  (filelock: importable only in a Python that has it)
 
-    venv, path = Path(venv), lock_path(venv)
+    venv = Path(venv)
+    path = venv.with_name(venv.name + ".lock")
     what = f"the build of {venv}"
     try:
         with locks.hold(path, wait=0, what=what):
             return _build(venv, command, say, waited=False)
     except locks.Held:
-        pass
-    say(f"Another `make setup` is building {venv} ({locks.describe(locks.holder(path))}): "
-        f"waiting for it to finish, then reusing it")
-    minutes = 0.0
-    while True:
-        try:
-            with locks.hold(path, wait=note_every, what=what):
-                return _build(venv, command, say, waited=True)
-        except locks.Held:
-            minutes += note_every / 60
-            say(f"... still waiting for the other build of {venv} ({minutes:.0f} min)")
+        say(f"Another `make setup` is building {venv} ({locks.describe(locks.holder(path))}): "
+            "waiting for it to finish, then reusing it")
+    with locks.hold(path, wait=None, what=what):
+        return _build(venv, command, say, waited=True)
 
 
 def _build(venv: Path, command: Sequence[str], say: Callable[[str], None], waited: bool) -> int:
@@ -328,13 +232,13 @@ def _build(venv: Path, command: Sequence[str], say: Callable[[str], None], waite
     return subprocess.run(list(command)).returncode
 
 
-def _lock(argv: list[str], args: argparse.Namespace) -> int:
+def _lock(argv: Sequence[str], args: argparse.Namespace) -> int:
     command = args.build[1:] if args.build[:1] == ["--"] else args.build
     if not command:
         raise InstallError("python -m helpers.course.install lock needs the build command after --")
     try:
         import filelock  # noqa: F401, PLC0415
-    except ImportError:  # the bootstrap Python (python3 of the system): take the lock with the lock tool's
+    except ImportError:  # the system python3: take the lock in the lock tool's Python, which has filelock
         tool = lock_tool(args.cache or Path(args.venv).parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         return subprocess.run([str(tool), "-m", "helpers.course.install", *argv], env=env).returncode
@@ -342,22 +246,22 @@ def _lock(argv: list[str], args: argparse.Namespace) -> int:
 
 
 def _environments(args: argparse.Namespace) -> int:
-    keep = {Path(k).resolve() for k in args.keep}
-    found = course_environments(args.cache)
+    found = sorted(p for p in Path(args.cache or DEFAULT_CACHE).glob("venv-*") if p.is_dir())  # links included
     if args.remove:
         freed = 0
         for env in found:
             if env.is_symlink():  # an old name kept for a renamed environment: the link only
                 env.unlink()
-                continue
-            freed += folder_size(env)
-            shutil.rmtree(env, ignore_errors=True)
+            else:
+                freed += sum(p.lstat().st_size for p in env.rglob("*") if not p.is_dir())
+                shutil.rmtree(env, ignore_errors=True)
         print(f"removed {len(found)} course environment(s), {freed / 1e9:.1f} GB freed")
         return 0
-    older = [e for e in found if e.resolve() not in keep]
+    keep = {Path(k).resolve() for k in args.keep}
+    older = [e.name for e in found if e.resolve() not in keep]
     if older:
         print(f"{len(older)} other course environment(s) in {Path(args.cache or DEFAULT_CACHE)} "
-              f"(older pins; `make clean-venv` removes every one): " + ", ".join(e.name for e in older))
+              f"(older pins; `make clean-venv` removes every one): " + ", ".join(older))
     return 0
 
 
@@ -373,7 +277,17 @@ def _platforms() -> int:
     return 1 if failed else 0
 
 
-def _run(commands: list[list[str]], dry_run: bool) -> int:
+def _check_xpu() -> int:
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    bad = unexpected_pip_check_lines(proc.stdout + proc.stderr)
+    if bad:
+        print("pip check found problems the XPU plan does not explain:\n  " + "\n  ".join(bad), file=sys.stderr)
+        return 1
+    print("pip check: ok for the XPU environment")
+    return 0
+
+
+def _run(commands: list[list[str]], dry_run: bool = False) -> int:
     for cmd in commands:
         print("+", shlex.join(cmd), flush=True)
         if not dry_run:
@@ -384,67 +298,49 @@ def _run(commands: list[list[str]], dry_run: bool) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m helpers.course.install", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
-    setup = sub.add_parser("setup", help="install the environment into the running Python's venv")
+    setup = sub.add_parser("setup", help="install the XPU environment into the running Python's venv")
     setup.add_argument("--device", choices=["xpu"], required=True)
-    setup.add_argument("--python", default=sys.executable, help="the environment's Python (default: this one)")
     setup.add_argument("--folder", default=sys.prefix, help="where to write the requirement files (default: the venv)")
     setup.add_argument("--project", default=str(ROOT), help="the course's clone (default: this one)")
     setup.add_argument("--dry-run", action="store_true", help="write the files and print the commands, run nothing")
     check = sub.add_parser("check", help="pip check, accepting only the differences the plan makes on purpose")
     check.add_argument("--device", choices=["xpu"], required=True)
-    check.add_argument("--python", default=sys.executable)
     sub.add_parser("env-key", help="print the default environment's key: py3.X-<hash of the pins>")
     venv = sub.add_parser("ipex-venv", help="print the IPEX environment's folder (keyed by its pins and this Python)")
     venv.add_argument("--cache", default=None, help=f"where the environments live (default {DEFAULT_CACHE})")
-    ipex = sub.add_parser("setup-ipex", help="install the IPEX environment into the venv of --python")
-    ipex.add_argument("--python", default=sys.executable)
-    ipex.add_argument("--project", default=str(ROOT))
-    ipex.add_argument("--dry-run", action="store_true")
+    ipex = sub.add_parser("setup-ipex", help="install the IPEX environment into the running Python's venv")
+    ipex.add_argument("--project", default=str(ROOT), help="the course's clone (default: this one)")
     sub.add_parser("platforms", help="resolve the pins for Linux x86-64/aarch64, macOS arm64, Windows x every Python")
     envs = sub.add_parser("environments", help="list the course environments in the cache, or remove them")
     envs.add_argument("--cache", default=None)
-    envs.add_argument("--keep", nargs="*", default=[], help="folders that are in use (listed as such)")
+    envs.add_argument("--keep", nargs="*", default=[], help="folders that are in use (not listed)")
     envs.add_argument("--remove", action="store_true", help="remove every course environment and say how much it freed")
     lock = sub.add_parser("lock", help="run a build of --venv under its lock: -- then the build command")
-    lock.add_argument("--venv", required=True, help="the environment's folder; the command must write <venv>/.installed")
-    lock.add_argument("--cache", default=None, help="where the lock tool goes when this Python lacks filelock "
-                                                    "(default: the venv's parent)")
+    lock.add_argument("--venv", required=True, help="the environment's folder; the build writes <venv>/.installed")
+    lock.add_argument("--cache", default=None, help="where the lock tool goes when this Python lacks filelock")
     lock.add_argument("build", nargs=argparse.REMAINDER, help="-- then the build command")
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = _parser().parse_args(argv)
     if args.command == "lock":
         return _lock(argv, args)
-    if args.command == "env-key":
-        print(env_key())
-        return 0
-    if args.command == "ipex-venv":
-        print(ipex_venv(args.cache))
+    if args.command in ("env-key", "ipex-venv"):
+        print(env_key() if args.command == "env-key" else ipex_venv(args.cache))
         return 0
     if args.command == "setup-ipex":
         if not ipex_supported():
             raise InstallError("IPEX 2.8.0 publishes CPU wheels for Linux x86-64 only: chapter 04's IPEX arms "
                                "need such a machine (the rest of the course runs without them)")
-        return _run(ipex_commands(args.python, ipex_pins(), args.project), args.dry_run)
+        return _run(ipex_commands(sys.executable, ipex_pins(), args.project))
+    if args.command == "setup":
+        print(f"XPU environment: torch/torchvision from {XPU_INDEX}")
+        return _run(xpu_commands(sys.executable, args.folder, args.project), args.dry_run)
     if args.command == "environments":
         return _environments(args)
-    if args.command == "platforms":
-        return _platforms()
-    plan = xpu_plan()
-    if args.command == "setup":
-        write_files(plan, args.folder)
-        print(f"XPU environment: torch/torchvision from {XPU_INDEX}")
-        return _run(xpu_commands(plan, args.python, args.folder, args.project), args.dry_run)
-    proc = subprocess.run([args.python, "-m", "pip", "check"], capture_output=True, text=True)
-    bad = unexpected_pip_check_lines(proc.stdout + proc.stderr, plan)
-    if bad:
-        print("pip check found problems the XPU plan does not explain:\n  " + "\n  ".join(bad), file=sys.stderr)
-        return 1
-    print("pip check: ok for the XPU environment")
-    return 0
+    return _platforms() if args.command == "platforms" else _check_xpu()
 
 
 if __name__ == "__main__":

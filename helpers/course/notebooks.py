@@ -46,10 +46,8 @@ def strip_check_markers(source: str) -> str:
 
 
 def _answer_cell(solution: dict[str, Any]) -> nbformat.NotebookNode:
-    if solution["cell_type"] == "markdown":
-        cell = nbformat.v4.new_markdown_cell(MARKDOWN_PROMPT)
-    else:
-        cell = nbformat.v4.new_code_cell("")
+    markdown = solution["cell_type"] == "markdown"
+    cell = nbformat.v4.new_markdown_cell(MARKDOWN_PROMPT) if markdown else nbformat.v4.new_code_cell("")
     cell["metadata"] = nbformat.NotebookNode({"tags": [ANSWER_TAG]})
     if "id" in solution:
         cell["id"] = solution["id"]  # keep ids unique and the copy deterministic
@@ -85,20 +83,16 @@ def write_student_copies(source: Path | str = "notebooks", out: Path | str | Non
     out = Path(out) if out is not None else source / "student"
     chapters = sorted(source.glob(CHAPTER_GLOB))
     if not chapters:
-        raise FileNotFoundError(
-            f"No chapter notebooks ({CHAPTER_GLOB}) in {source.resolve()}. Run from the course "
-            "repository's root folder, or pass the notebooks folder: "
-            "python -m helpers.course.notebooks student --source DIR"
-        )
+        raise FileNotFoundError(f"No chapter notebooks ({CHAPTER_GLOB}) in {source.resolve()}. Run from the course "
+                                "repository's root folder, or pass the notebooks folder: "
+                                "python -m helpers.course.notebooks student --source DIR")
     written = []
     for path in chapters:
         nb = student_copy(nbformat.read(path, as_version=4))
         nbformat.validate(nb)
         written.append(atomic_write_text(out / path.name, nbformat.writes(nb) + "\n"))
-    names = {p.name for p in chapters}
-    for stale in out.glob(CHAPTER_GLOB):
-        if stale.name not in names:
-            stale.unlink()
+    for stale in set(out.glob(CHAPTER_GLOB)) - set(written):
+        stale.unlink()
     return written
 
 
@@ -107,25 +101,25 @@ OPTIONAL_FLAG = "RUN_OPTIONAL"
 _FLAG_WINDOW = 200  # characters at the top of a cell where the optional flag must appear
 _ABOUT = re.compile(r"about (\d+) min of compute")
 _MEASURED = re.compile(r"\((\d+(?:\.\d+)?) min measured for the committed run")
-_OPTIONAL_PART = re.compile(r"the optional parts (?:took \d+(?:\.\d+)? min of it|did not run in it \(COURSE_OPTIONAL=0\))")
+_OPTIONAL_PART = re.compile(r"the optional parts (?:took (\d+(?:\.\d+)?) min of it"
+                            r"|did not run in it \(COURSE_OPTIONAL=0\))")
 _OPTIONAL_OFF = "optional parts=off"  # what run_sizes.describe() prints when COURSE_OPTIONAL=0
 _READING = re.compile(r"about (\d+) min reading")
 _RERUN_NOTE = re.compile(r"(\d+) round\(s\) re-run")
 _DISTURBED = re.compile(r"no round was disturbed|\d+ round\(s\) that other processes disturbed were measured again, "
                         r"as the tables' notes say")
-# one representation per output: a displayed table carries the same note as text, Markdown and HTML
-_REPRESENTATIONS = ("text/plain", "text/markdown", "text/html")
+WORDS_PER_MIN, CODE_LINES_PER_MIN, MIN_PER_EXERCISE = 130, 10, 4
 
 
 @dataclass(frozen=True)
 class ChapterTime:
-    """Measured compute of one executed notebook, in seconds."""
+    """A chapter's minutes: reading, compute without the optional parts, measured in all, of it optional."""
 
-    total_s: float
-    optional_s: float
-    timed_cells: int
+    reading: int
+    compute: int
+    measured: float
+    optional: float = 0.0
     rerun_rounds: int = 0
-    reading_min: int = 0
     optional_ran: bool = True
 
     @property
@@ -134,11 +128,6 @@ class ChapterTime:
         if not self.rerun_rounds:
             return "no round was disturbed"
         return f"{self.rerun_rounds} round(s) that other processes disturbed were measured again, as the tables' notes say"
-
-    @property
-    def about_minutes(self) -> int:
-        """Minutes without the optional parts, rounded up (at least 1): the sentence's "about N min"."""
-        return max(1, math.ceil(round((self.total_s - self.optional_s) / 60, 1)))
 
 
 def _seconds(cell: dict[str, Any]) -> float | None:
@@ -151,32 +140,16 @@ def _seconds(cell: dict[str, Any]) -> float | None:
 
 
 def _output_text(output: dict[str, Any]) -> str:
+    """A stream's text, else the output's Markdown, else its plain text (a table carries its note in both)."""
     if output.get("output_type") == "stream":
         return "".join(output.get("text", ""))
     data = output.get("data", {})
-    for kind in _REPRESENTATIONS:
-        if kind in data:
-            return "".join(data[kind])
-    return ""
+    return "".join(next((data[kind] for kind in ("text/markdown", "text/plain") if kind in data), ""))
 
 
 def words(text: str) -> int:
     """Words as the reading-time rule counts them: tokens with at least two letters."""
     return sum(1 for token in text.split() if len(re.findall(r"[A-Za-z]", token)) >= 2)
-
-
-def _printed_words(cell: dict[str, Any]) -> int:
-    n = 0
-    for out in cell.get("outputs", []):
-        if out.get("output_type") == "stream":
-            n += words("".join(out.get("text", "")))
-        else:
-            data = out.get("data", {})
-            kind = next((k for k in ("text/markdown", "text/plain") if k in data), None)
-            n += words("".join(data[kind])) if kind else 0
-    return n
-
-WORDS_PER_MIN, CODE_LINES_PER_MIN, MIN_PER_EXERCISE = 130, 10, 4
 
 
 def reading_minutes(notebook: dict[str, Any]) -> float:
@@ -190,7 +163,7 @@ def reading_minutes(notebook: dict[str, Any]) -> float:
             exercises += bool(re.match(r"#+ .*Exercise", source.split("\n", 1)[0]))
         elif cell.get("cell_type") == "code":
             code_lines += sum(1 for line in source.splitlines() if line.strip())
-            text_words += _printed_words(cell)
+            text_words += sum(words(_output_text(out)) for out in cell.get("outputs", []))
     return text_words / WORDS_PER_MIN + code_lines / CODE_LINES_PER_MIN + MIN_PER_EXERCISE * exercises
 
 
@@ -213,19 +186,21 @@ def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     for cell, _, in_optional_part in _walk(notebook):
         if cell.get("cell_type") != "code":
             continue
-        optional_ran &= not any(_OPTIONAL_OFF in _output_text(out) for out in cell.get("outputs", []))
-        reruns += sum(int(n) for out in cell.get("outputs", []) for n in _RERUN_NOTE.findall(_output_text(out)))
+        printed = [_output_text(out) for out in cell.get("outputs", [])]
+        optional_ran &= not any(_OPTIONAL_OFF in text for text in printed)
+        reruns += sum(int(n) for text in printed for n in _RERUN_NOTE.findall(text))
         seconds = _seconds(cell)
         if seconds is None:
             continue
         timed += 1
         total += seconds
-        if in_optional_part:
-            optional += seconds
+        optional += seconds if in_optional_part else 0.0
     if not timed:
         raise ValueError("no code cell has execution times: execute the notebook first "
                          "(make execute NB=...), then run this again")
-    return ChapterTime(total, optional, timed, reruns, math.ceil(reading_minutes(notebook) - 1e-9), optional_ran)
+    compute = max(1, math.ceil(round((total - optional) / 60, 1)))  # "about N min": rounded up, at least 1
+    return ChapterTime(math.ceil(reading_minutes(notebook) - 1e-9), compute, total / 60, optional / 60, reruns,
+                       optional_ran)
 
 
 def rewrite_sentence(text: str, time: ChapterTime) -> str:
@@ -234,11 +209,11 @@ def rewrite_sentence(text: str, time: ChapterTime) -> str:
         found = len(pattern.findall(text))
         if found != 1:
             raise ValueError(f"the opening cell should say '{what}' once, found {found}")
-    text = _ABOUT.sub(f"about {time.about_minutes} min of compute", text)
-    text = _MEASURED.sub(f"({time.total_s / 60:.1f} min measured for the committed run", text)
+    text = _ABOUT.sub(f"about {time.compute} min of compute", text)
+    text = _MEASURED.sub(f"({time.measured:.1f} min measured for the committed run", text)
     text = _DISTURBED.sub(time.disturbed, text)
-    text = _READING.sub(f"about {time.reading_min} min reading", text)
-    optional = (f"the optional parts took {time.optional_s / 60:.1f} min of it" if time.optional_ran
+    text = _READING.sub(f"about {time.reading} min reading", text)
+    optional = (f"the optional parts took {time.optional:.1f} min of it" if time.optional_ran
                 else "the optional parts did not run in it (COURSE_OPTIONAL=0)")
     return _OPTIONAL_PART.sub(optional, text)
 
@@ -256,45 +231,30 @@ def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]
         atomic_write_text(path, nbformat.writes(notebook) + "\n")  # as the student copies and nbconvert write
     return time, new != old
 
-_STATED_OPTIONAL = re.compile(r"the optional parts took (\d+(?:\.\d+)?) min of it")
+
 _PLAN = re.compile(r"<!-- plan: (?P<spec>[^\n]*?) -->\n\n(?P<head>\| time \| block \|\n\|---\|---\|\n)(?P<rows>(?:\|[^\n]*\|\n)*)")
 _FRONT_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>\d+)\+(?P<compute>\d+) \|(?P<rest>.*)$", re.M)
 _CHAPTER_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>\d+) \| (?P<compute>[\d.]+ \(measured[^|]*) \|(?P<rest>.*)$",
                           re.M)
 
 
-@dataclass(frozen=True)
-class StatedMinutes:
-    """What a chapter's **Time:** sentence states: reading, compute, measured and optional minutes."""
-
-    reading: int
-    compute: int
-    measured: float
-    optional: float = 0.0
-
-    @property
-    def block(self) -> int:
-        """A workshop block for the chapter: reading plus compute minutes, rounded up to 5."""
-        return 5 * math.ceil((self.reading + self.compute) / 5)
-
-
-def stated_minutes(notebook: dict[str, Any]) -> StatedMinutes:
+def stated_minutes(notebook: dict[str, Any]) -> ChapterTime:
     """The minutes a chapter's opening states (ValueError when its **Time:** sentence lacks them)."""
     text = "".join(notebook["cells"][0]["source"]) if notebook.get("cells") else ""
     found = [p.search(text) for p in (_READING, _ABOUT, _MEASURED)]
     if not all(found):
         raise ValueError("the opening cell states no 'about N min reading ... about M min of compute "
                          "(X min measured for the committed run'")
-    optional = _STATED_OPTIONAL.search(text)
-    return StatedMinutes(int(found[0].group(1)), int(found[1].group(1)), float(found[2].group(1)),
-                         float(optional.group(1)) if optional else 0.0)
+    optional = _OPTIONAL_PART.search(text)
+    return ChapterTime(int(found[0].group(1)), int(found[1].group(1)), float(found[2].group(1)),
+                       float(optional.group(1) or 0) if optional else 0.0)
 
 
 def _clock(minutes: int) -> str:
     return f"{minutes // 60}:{minutes % 60:02d}"
 
 
-def plan_rows(spec: str, minutes: dict[str, StatedMinutes]) -> list[tuple[str, str]]:
+def plan_rows(spec: str, minutes: dict[str, ChapterTime]) -> list[tuple[str, str]]:
     """The rows (time span, block) of a workshop plan ``spec``: "label=MINUTES; NN label; NN+MM label; ..."."""
     rows, now = [], 0
     for item in (part.strip() for part in spec.split(";")):
@@ -318,7 +278,7 @@ def plan_rows(spec: str, minutes: dict[str, StatedMinutes]) -> list[tuple[str, s
     return rows
 
 
-def render_guide(text: str, minutes: dict[str, StatedMinutes]) -> str:
+def render_guide(text: str, minutes: dict[str, ChapterTime]) -> str:
     """The guide (or front page) ``text`` with its chapter minutes and plans rewritten from ``minutes`` ({NN: ...})."""
     def row(m: re.Match) -> str:
         got = minutes.get(m.group("nn"))
@@ -348,28 +308,23 @@ def _student(args: argparse.Namespace) -> int:
         return 2
     solutions = sum(sum(map(is_solution, nbformat.read(Path(args.source) / p.name, as_version=4).cells))
                     for p in written)
-    where = written[0].parent if written else args.out
-    print(f"{len(written)} student copies in {where} ({solutions} solution cells replaced by answer cells)")
+    print(f"{len(written)} student copies in {written[0].parent} ({solutions} solution cells replaced by answer cells)")
     return 0
 
 
 def _time(args: argparse.Namespace) -> int:
-    stale = 0
-    minutes: dict[str, StatedMinutes] = {}
+    minutes: dict[str, ChapterTime] = {}
     for name in args.notebooks:
         try:
-            time, changed = update(name, check=args.check)
+            time, changed = update(name)
+            if Path(name).name[:2].isdigit() and Path(name).name[:2] != "00":
+                minutes[Path(name).name[:2]] = stated_minutes(nbformat.read(name, as_version=4))
         except (OSError, ValueError, KeyError, IndexError, nbformat.reader.NotJSONError) as exc:
             print(f"error: {name}: {exc}", file=sys.stderr)
             return 2
-        stale += changed
-        if Path(name).name[:2].isdigit() and Path(name).name[:2] != "00":
-            minutes[Path(name).name[:2]] = stated_minutes(nbformat.read(name, as_version=4)) if not args.check else \
-                StatedMinutes(time.reading_min, time.about_minutes, round(time.total_s / 60, 1), round(time.optional_s / 60, 1))
-        state = ("out of date" if args.check else "updated") if changed else "up to date"
-        print(f"{name}: about {time.reading_min} min reading; {time.total_s / 60:.1f} min measured, "
-              f"{time.optional_s / 60:.1f} optional, "
-              f"about {time.about_minutes} min, {time.disturbed} -- {state}")
+        print(f"{name}: about {time.reading} min reading; {time.measured:.1f} min measured, "
+              f"{time.optional:.1f} optional, about {time.compute} min, {time.disturbed} -- "
+              f"{'updated' if changed else 'up to date'}")
     for guide in args.readme:
         try:
             old = guide.read_text()
@@ -377,13 +332,10 @@ def _time(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as exc:
             print(f"error: {guide}: {exc}", file=sys.stderr)
             return 2
-        guide_stale = new != old
-        if guide_stale and not args.check:
+        if new != old:
             atomic_write_text(guide, new)
-        print(f"{guide}: " + (("out of date" if args.check else "updated") if guide_stale else "up to date"))
-        stale += guide_stale
-    return 1 if args.check and stale else 0
-
+        print(f"{guide}: {'updated' if new != old else 'up to date'}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -394,7 +346,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     student.add_argument("--out", default=None, help="where the copies go (default: SOURCE/student)")
     time = sub.add_parser("time", help="rewrite each chapter's Time sentence from its last run")
     time.add_argument("notebooks", nargs="+", help="executed chapter notebooks")
-    time.add_argument("--check", action="store_true", help="only report sentences that are out of date")
     time.add_argument("--readme", type=Path, action="append", default=[],
                       help="also rewrite this guide's (or front page's) minutes and plans; may be repeated")
     args = p.parse_args(argv)

@@ -1,8 +1,7 @@
 """Every chapter's measurements, headless: ``python -m helpers.course.reproduce`` (``make reproduce``).
 
-Each chapter runs in its own kernel into a new folder ``results/<time>-<profile>/`` (``--resume`` continues one),
-whose ``report.md`` renders the rows the chapters append to its ``rows.jsonl``. One run holds a folder at a
-time. Exit status: 0 all ran, 1 some failed, 2 nothing ran, 130 interrupted. More: docs/tools.md."""
+Each chapter runs in its own kernel into a new folder ``results/<time>-<profile>/`` (``--resume`` continues one)
+whose ``report.md`` renders the rows the chapters append to its ``rows.jsonl``. More: docs/tools.md."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Sequence
 
 # No module that imports torch at the top: the run folder's lock comes first.
 from .. import files, locks, results, run_sizes, system
@@ -26,73 +25,57 @@ from ..processes import Job
 from . import workshop
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-REPORT_HEADING = "published vs yours"
-REPORT_TAG = "report"
 LOCK = "reproduce.lock"
+CELL_TIMEOUT = 1800  # seconds
 
 
-class Need(NamedTuple):
-    """Hardware a chapter needs; without it the chapter still runs and does ``without``."""
-
-    what: str
-    without: str
-    present: Callable[[], bool]
-
-
-def _has(kind: str, count: int = 1) -> bool:
-    from .. import devices
-
-    return devices.is_available(kind) and (count == 1 or __import__("torch").cuda.device_count() >= count)
-
-
-HARDWARE: dict[str, Need] = {
-    "10": Need("2 or more CUDA GPUs", "not measured on this machine; published numbers shown",
-               lambda: _has("cuda", 2)),
-    "12": Need("an Intel Arc GPU (xpu)",
-               "every measurement ran on the best device this machine has (cuda, xpu, mps or cpu), beside the "
-               "blog's Arc numbers; only the xccl (DDP on Intel GPUs) part needs an Intel GPU",
-               lambda: _has("xpu")),
+HARDWARE: dict[str, tuple[str, int, str, str]] = {
+    "10": ("cuda", 2, "2 or more CUDA GPUs", "not measured on this machine; published numbers shown"),
+    "12": ("xpu", 1, "an Intel Arc GPU (xpu)",
+           "every measurement ran on the best device this machine has (cuda, xpu, mps or cpu), beside the "
+           "blog's Arc numbers; only the xccl (DDP on Intel GPUs) part needs an Intel GPU"),
 }
+"""Hardware a chapter needs (device kind, how many, its name); without it the chapter still runs and does the last."""
 
 
 def missing_hardware(chapter: str) -> str | None:
-    """What a chapter needs that this machine lacks (None when nothing is missing)."""
-    need = HARDWARE.get(chapter)
-    return None if need is None or need.present() else need.what
+    """``"needs <hardware>: <what the chapter does without it>"`` when this machine lacks it, else None."""
+    if chapter not in HARDWARE:
+        return None
+    import torch
 
+    from .. import devices
 
-def missing_consequence(chapter: str) -> str:
-    """What a chapter does when its hardware is missing (one sentence fragment)."""
-    need = HARDWARE.get(chapter)
-    return need.without if need else "not measured on this machine"
+    kind, count, what, without = HARDWARE[chapter]
+    present = devices.is_available(kind) and (count == 1 or torch.cuda.device_count() >= count)
+    return None if present else f"needs {what}: {without}"
 
 
 def chapter_notebooks(directory: Path = NOTEBOOKS, chapters: Sequence[str] | None = None) -> list[Path]:
-    """The chapter notebooks (NN_slug.ipynb), optionally only the chapters named ('03', '3', ...)."""
+    """The chapter notebooks (NN_slug.ipynb): the chapters named ('03', '3', ...), else all but 00 (the setup check)."""
     found = sorted(directory.glob("[0-9][0-9]_*.ipynb"))
-    if not chapters:  # 00 is the setup check (make doctor), not a chapter with measurements
-        found = [p for p in found if not p.name.startswith("00_")]
-    if chapters:
-        wanted = {c.zfill(2) for c in chapters}
-        unknown = wanted - {p.name[:2] for p in found}
-        if unknown:
-            raise ValueError(f"no notebook for chapter(s) {', '.join(sorted(unknown))} in {directory}")
-        found = [p for p in found if p.name[:2] in wanted]
+    wanted = {c.zfill(2) for c in chapters or []}
+    unknown = wanted - {p.name[:2] for p in found}
+    if unknown:
+        raise ValueError(f"no notebook for chapter(s) {', '.join(sorted(unknown))} in {directory}")
+    found = [p for p in found if p.name[:2] in wanted or (not wanted and p.name[:2] != "00")]
     if not found:
         raise ValueError(f"no chapter notebooks in {directory}")
     return found
 
 
-def fetch_datasets(source: str | None = None) -> list[str]:
-    """With real data, every course dataset on disk (downloaded if needed) before any chapter; returns their names."""
+def fetch_datasets(source: str | None = None) -> None:
+    """With real data, every course dataset on disk (downloaded if needed) before any chapter; else ValueError."""
     if (source or run_sizes.data_source()) != "real":
-        return []
+        return
     from .. import data
 
-    for name in data.SPECS:
-        for train in (True, False):
-            data.load_dataset(name, train=train, source="real")
-    return list(data.SPECS)
+    try:
+        for name in data.SPECS:
+            for train in (True, False):
+                data.load_dataset(name, train=train, source="real")
+    except data.DatasetUnavailableError as exc:
+        raise ValueError(str(exc)) from exc
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -103,20 +86,6 @@ def failure_reason(exc: BaseException) -> str:
     lines = [ln for ln in _ANSI.sub("", str(exc)).strip().splitlines() if ln.strip()]
     last = lines[-1][:1000] if lines else ""
     return last if isinstance(exc, NotebookError) and last else f"{type(exc).__name__}: {last}"
-
-
-def _unfinished(root: Path) -> list[tuple[Path, str]]:
-    """Unfinished run folders under ``root`` with their profiles, newest first."""
-    out = []
-    for folder in sorted((p for p in root.glob("*") if (p / "state.json").exists()), reverse=True):
-        state = json.loads((folder / "state.json").read_text())
-        if not state.get("finished"):
-            out.append((folder, state.get("profile", "")))
-    return out
-
-
-def _write_json(path: Path, payload: dict[str, Any]) -> None:
-    files.atomic_write_text(path, json.dumps(payload, indent=2, default=str))
 
 
 class NotebookError(RuntimeError):
@@ -133,16 +102,13 @@ from nbclient import NotebookClient
 source, destination, log, timeout, folder = sys.argv[1:6]
 nb = nbformat.read(source, as_version=4)
 client = NotebookClient(nb, timeout=int(timeout), kernel_name="python3", resources={"metadata": {"path": folder}})
-status = 0
 with open(log, "w") as stream:
     try:
         client.execute(stdout=stream, stderr=stream)
     except BaseException as exc:
-        sys.stderr.write(f"{type(exc).__name__}: {exc}")
-        status = 1
+        sys.exit(f"{type(exc).__name__}: {exc}")  # to stderr, status 1
     finally:
         nbformat.write(nb, destination)
-sys.exit(status)
 """
 
 
@@ -150,15 +116,14 @@ sys.exit(status)
 POLITE_STOP = ((None, 5.0), (signal.SIGINT, 30.0), (signal.SIGTERM, 10.0), (signal.SIGKILL, 10.0))
 
 
-def execute(notebook: Path, destination: Path, timeout: int = 1800, log: Path | None = None,
-            env: dict[str, str] | None = None) -> None:
+def execute(notebook: Path, destination: Path, log: Path, env: dict[str, str]) -> None:
     """Execute a notebook in its folder with ``env`` in a child process; the kernel's own output goes to ``log``."""
-    args = [sys.executable, "-c", _EXECUTE, str(notebook), str(destination), str(log or os.devnull),
-            str(timeout), str(notebook.parent)]
+    args = [sys.executable, "-c", _EXECUTE, str(notebook), str(destination), str(log), str(CELL_TIMEOUT),
+            str(notebook.parent)]
     # in the caller's process group, so a terminal's Ctrl-C reaches the runner as well
     finished = Job([args], env=env, new_session=False).start().wait(math.inf, on_interrupt=POLITE_STOP)
     if finished.returncode != 0:
-        if finished.returncode < 0 and -finished.returncode == signal.SIGINT:
+        if finished.returncode == -signal.SIGINT:
             raise KeyboardInterrupt
         raise NotebookError(finished.output.strip() or f"the notebook runner exited with status {finished.returncode}")
 
@@ -173,9 +138,9 @@ def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
                 if line.startswith("## "):
-                    in_section = REPORT_HEADING in line.lower()
+                    in_section = "published vs yours" in line.lower()
             continue
-        wanted = in_section or REPORT_TAG in cell.get("metadata", {}).get("tags", [])
+        wanted = in_section or "report" in cell.get("metadata", {}).get("tags", [])
         for out in cell.get("outputs", []):
             data = out.get("data", {})
             if "image/png" in data:
@@ -189,14 +154,9 @@ def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
     return tables, images
 
 
-def _rows(folder: Path) -> list[results.Row]:
-    path = folder / results.ROWS_FILE
-    return results.read_rows(path) if path.exists() else []
-
-
 def write_report(folder: Path, state: dict[str, Any]) -> Path:
     """report.md (fingerprint, then per chapter its status, row tables or printed tables, figures) and rows.csv."""
-    rows = _rows(folder)
+    rows = results.read_rows(folder / results.ROWS_FILE) if (folder / results.ROWS_FILE).exists() else []
     by_chapter: dict[str, list[results.Row]] = {}
     for r in rows:
         by_chapter.setdefault(r.chapter, []).append(r)
@@ -210,7 +170,7 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
         ch = state["results"].get(name, {})
         lines += [f"## {name}", ""]
         if ch.get("missing"):
-            lines += [f"*Needs {ch['missing']}: {missing_consequence(name[:2])}.*", ""]
+            lines += [f"*Chapter {name[:2]} {ch['missing']}.*", ""]
         if ch.get("status") == "failed":
             lines += [f"**Failed:** {ch.get('error', '')} (see `notebooks/{name}.ipynb` and `logs/{name}.log`)", ""]
         elif ch.get("status") != "done":
@@ -235,6 +195,12 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
     return report
 
 
+def _save(folder: Path, state: dict[str, Any]) -> Path:
+    """state.json, then the report; returns the report's path."""
+    files.atomic_write_text(folder / "state.json", json.dumps(state, indent=2, default=str))
+    return write_report(folder, state)
+
+
 def resume_command(profile: str, folder: Path | str) -> str:
     """The command that runs a folder's unfinished and failed chapters again (make, then python -m)."""
     where = shlex.quote(str(folder))
@@ -243,16 +209,17 @@ def resume_command(profile: str, folder: Path | str) -> str:
 
 
 def _resume_folder(root: Path, resume: str, profile: str) -> Path:
-    """The run folder to continue; a clear message when there is none for this profile."""
-    if resume != "latest":
+    """The run folder to continue (``latest``: the newest unfinished one, of this profile if any)."""
+    if resume == "latest":
+        states = {p.parent: json.loads(p.read_text()) for p in sorted(root.glob("*/state.json"), reverse=True)}
+        unfinished = [f for f, state in states.items() if not state.get("finished")]
+        if not unfinished:
+            raise ValueError(f"nothing to resume in {root}: every run there finished (or none started)")
+        folder = next((f for f in unfinished if states[f].get("profile") == profile), unfinished[0])
+    else:
         folder = Path(resume).resolve()
         if not (folder / "state.json").exists():
             raise ValueError(f"nothing to resume in {resume} (no state.json)")
-    else:
-        runs = _unfinished(root)
-        folder = next((f for f, p in runs if p == profile), runs[0][0] if runs else None)
-        if folder is None:
-            raise ValueError(f"nothing to resume in {root}: every run there finished (or none started)")
     state = json.loads((folder / "state.json").read_text())
     if state["profile"] != profile:
         raise ValueError(f"the run to resume ({folder.name}) used COURSE_PROFILE={state['profile']}, not {profile}: "
@@ -272,11 +239,9 @@ def _new_folder(root: Path, profile: str) -> Path:
 
 
 def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Path("results"),
-        resume: str | None = None, notebooks: Path = NOTEBOOKS, timeout: int = 1800) -> Path:
+        resume: str | None = None, notebooks: Path = NOTEBOOKS) -> Path:
     """Execute the chapters (kernels get COURSE_PROFILE, COURSE_RESULTS) and write the report; returns the folder."""
-    profile = profile.strip().lower()
-    if profile not in run_sizes.PROFILES:
-        raise ValueError(f"unknown profile {profile!r}; use one of {', '.join(run_sizes.PROFILES)}")
+    profile = run_sizes.normalize(profile)
     source_data = run_sizes.data_source(profile)
     root = root.resolve()
     if resume:
@@ -296,15 +261,14 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
                      "machine": {**system.fingerprint(), "machine_id": system.machine_id()},
                      "chapters": [p.stem for p in paths], "notebooks": str(Path(notebooks).resolve()),
                      "results": {}, "finished": False}
-        _run_chapters(folder, state, timeout)
+        _run_chapters(folder, state)
     return folder
 
 
-def _run_chapters(folder: Path, state: dict[str, Any], timeout: int) -> None:
+def _run_chapters(folder: Path, state: dict[str, Any]) -> None:
     """Run the chapters of ``state`` that are not done yet, recording each; then the final report."""
     profile = state["profile"]
-    env = {**os.environ, "COURSE_PROFILE": profile, "COURSE_RESULTS": str(folder)}
-    env.setdefault("TQDM_DISABLE", "1")
+    env = {"TQDM_DISABLE": "1", **os.environ, "COURSE_PROFILE": profile, "COURSE_RESULTS": str(folder)}
     for sub in ("notebooks", "figures", "logs"):
         (folder / sub).mkdir(exist_ok=True)
     source = Path(state.get("notebooks", NOTEBOOKS))
@@ -312,30 +276,26 @@ def _run_chapters(folder: Path, state: dict[str, Any], timeout: int) -> None:
     print(f"{folder}: {len(state['chapters']) - len(todo)} chapter(s) done, {len(todo)} to run ({profile} profile)")
     for i, name in enumerate(todo, 1):
         missing = missing_hardware(name[:2])
-        print(f"[{i}/{len(todo)}] {name}"
-              + (f" (needs {missing}: {missing_consequence(name[:2])})" if missing else ""), flush=True)
+        print(f"[{i}/{len(todo)}] {name}" + (f" ({missing})" if missing else ""), flush=True)
         start = time.perf_counter()
         entry: dict[str, Any] = {"missing": missing}
+        executed = folder / "notebooks" / f"{name}.ipynb"
         try:
-            execute(source / f"{name}.ipynb", folder / "notebooks" / f"{name}.ipynb", timeout=timeout,
-                    log=folder / "logs" / f"{name}.log", env=env)
-            tables, figures = extract(folder / "notebooks" / f"{name}.ipynb", folder / "figures")
+            execute(source / f"{name}.ipynb", executed, log=folder / "logs" / f"{name}.log", env=env)
+            tables, figures = extract(executed, folder / "figures")
             entry.update(status="done", tables=tables, figures=figures)
         except KeyboardInterrupt:  # the chapter stays unfinished: a resume runs it again
-            _write_json(folder / "state.json", state)
-            write_report(folder, state)
+            _save(folder, state)
             print(f"interrupted during {name}; continue with {resume_command(profile, folder)}", flush=True)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
             entry.update(status="failed", error=failure_reason(exc))
         entry["seconds"] = time.perf_counter() - start
         state["results"][name] = entry
-        _write_json(folder / "state.json", state)
-        write_report(folder, state)
+        _save(folder, state)
         print(f"      {entry['status']} in {entry['seconds']:.0f} s", flush=True)
     state["finished"] = True
-    _write_json(folder / "state.json", state)
-    print(f"report: {write_report(folder, state)}")
+    print(f"report: {_save(folder, state)}")
 
 
 def summary(folder: Path) -> list[str]:
@@ -356,21 +316,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--profile", default=os.environ.get("COURSE_PROFILE", "").strip() or run_sizes.DEFAULT_PROFILE,
                    type=str.lower, choices=run_sizes.PROFILES)
     p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
-    p.add_argument("--out", default="results", help="folder for the timestamped runs")
     p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")
     p.add_argument("--notebooks", type=Path, default=NOTEBOOKS,
                    help="the folder of notebooks to run, e.g. notebooks/student (default: notebooks)")
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per notebook cell")
     args = p.parse_args(argv)
     try:
-        folder = run(args.profile, chapters=args.chapters, root=Path(args.out), resume=args.resume,
-                     notebooks=args.notebooks, timeout=args.timeout)
+        folder = run(args.profile, chapters=args.chapters, resume=args.resume, notebooks=args.notebooks)
     except KeyboardInterrupt:
         sys.exit(130)
-    except Exception as exc:  # bad input, a held folder or missing real data: nothing ran
-        data = sys.modules.get("helpers.data")  # loaded only if the datasets were checked (it imports torch)
-        if not isinstance(exc, (ValueError, locks.Held) + ((data.DatasetUnavailableError,) if data else ())):
-            raise
+    except (ValueError, locks.Held) as exc:  # bad input, a held folder or missing real data: nothing ran
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     failed = summary(folder)

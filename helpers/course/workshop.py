@@ -24,29 +24,35 @@ from .. import files, results
 from ..results import ResultsFormatError, Row
 from ..system import machine_id
 from ..tables import Table, fmt
-from ..verdict import NO_DIFFERENCE, verdict
+from ..verdict import verdict
 
 SUBMISSION_FORMAT = "accelerate-course-submission"
 SUBMISSION_VERSION = 1
 UNCLEAR = "~"
 POOLED_FROM = "pooled_from"
-_ABS_PATH = re.compile(r"(?<![\w.~<>:/])(?:/[^\s/'\",;:()\[\]{}|]+)+/?")
-_WIN_PATH = re.compile(r"\b[A-Za-z]:\\[^\s'\",;]*")
-_PER = (("step", "per step"), ("phase", "per step"), ("epoch", "per epoch"), ("iteration", "per iteration"), ("batch", "per batch"),
-        ("run", "per run"), ("total", "per run"), ("compile", "per run"), ("warmup", "per run"))
+# what becomes <path> in what leaves the machine: file URLs, POSIX and Windows absolute paths, ~ paths
+_PATHS = [re.compile(r"file://[^\s'\",;]*"), re.compile(r"(?<![\w.~<>:/])(?:/[^\s/'\",;:()\[\]{}|]+)+/?"),
+          re.compile(r"\b[A-Za-z]:\\[^\s'\",;]*"), re.compile(r"(?<![\w<>])~(?:/[^\s'\",;:()\[\]{}|]*)?(?![\w])")]
+_NAMES = (("host", "<host>"), ("host_short", "<host>"), ("user", "<user>"))
+_ISA = (("amx", "AMX"), ("native_bf16", "AVX512-BF16"), ("avx512", "AVX-512"), ("avx2", "AVX2"))
+_PER = (("step", "per step"), ("phase", "per step"), ("epoch", "per epoch"), ("iteration", "per iteration"),
+        ("batch", "per batch"), ("run", "per run"), ("total", "per run"), ("compile", "per run"),
+        ("warmup", "per run"))
 _QUALITY = ("accuracy", "loss", "top1", "top5", "error", "diff")
+_DATA = {"standin": "stand-in data", "real": "real data"}
+_CSV_FIELDS = ("chapter", "experiment", "variant", "metric", "unit", "median", "min", "max", "repeats",
+               "lower_is_better", "baseline", "ratio", "published", "published_ratio", "published_source",
+               "profile", "data")
 
 
 def private_names() -> dict[str, str]:
     """This machine's names that must not leave it: user, host (and short host), home folder."""
-    names = {"home": str(Path.home())}
+    host = socket.gethostname()
+    names = {"home": str(Path.home()), "host": host, "host_short": host.split(".")[0]}
     try:
         names["user"] = getpass.getuser()
     except (KeyError, OSError):
         pass
-    host = socket.gethostname()
-    names["host"] = host
-    names["host_short"] = host.split(".")[0]
     return {k: v for k, v in names.items() if v}
 
 
@@ -56,16 +62,12 @@ def redact_text(text: str, names: dict[str, str] | None = None, *, all_paths: bo
     ``all_paths``: every absolute path becomes ``<path>`` too (for what leaves the machine).
     """
     names = private_names() if names is None else names
-    home = names.get("home", "")
-    if home and home != "/":
-        text = text.replace(home.rstrip("/") + "/", "~/")
-        text = re.sub(re.escape(home.rstrip("/")) + r"\b", "~", text)
-    if all_paths:
-        text = re.sub(r"file://[^\s'\",;]*", "<path>", text)
-        text = _ABS_PATH.sub("<path>", text)
-        text = _WIN_PATH.sub("<path>", text)
-        text = re.sub(r"(?<![\w<>])~(?:/[^\s'\",;:()\[\]{}|]*)?(?![\w])", "<path>", text)
-    for key, label in (("host", "<host>"), ("host_short", "<host>"), ("user", "<user>")):
+    home = names.get("home", "").rstrip("/")
+    if home:
+        text = re.sub(re.escape(home) + r"\b", "~", text)
+    for pattern in _PATHS if all_paths else ():
+        text = pattern.sub("<path>", text)
+    for key, label in _NAMES:
         value = names.get(key, "")
         if len(value) >= 2:
             text = re.sub(rf"(?<![\w-]){re.escape(value)}(?![\w-])", label, text)
@@ -87,15 +89,7 @@ def redact(obj: Any, names: dict[str, str] | None = None, *, all_paths: bool = T
 def isa_class(fingerprint: dict[str, Any]) -> str:
     """The instruction sets that decide the course's CPU results, as one label."""
     bf16 = fingerprint.get("bf16") or {}
-    if bf16.get("amx"):
-        return "AMX"
-    if bf16.get("native_bf16"):
-        return "AVX512-BF16"
-    if bf16.get("avx512"):
-        return "AVX-512"
-    if bf16.get("avx2"):
-        return "AVX2"
-    return "no AVX2" if bf16 else "unknown ISA"
+    return next((label for key, label in _ISA if bf16.get(key)), "no AVX2" if bf16 else "unknown ISA")
 
 
 def hardware_class(fingerprint: dict[str, Any]) -> str:
@@ -130,31 +124,18 @@ def is_quality(row: Row) -> bool:
     return any(q in row.metric.lower() for q in _QUALITY)
 
 
-def _data_label(row: Row) -> str:
-    return {"standin": "stand-in data", "real": "real data"}.get(row.data, "no data set")
-
-
-def rows_table(rows: Sequence[Row], title: str = "") -> Table:
+def rows_table(rows: Sequence[Row]) -> Table:
     """One experiment's rows of one metric as a table, with units and scope in every numeric header."""
-    if not rows:
-        raise ValueError("no rows to tabulate")
     first = rows[0]
     label = metric_label(first.metric, first.unit)
     cols = ["variant", f"{first.metric} median ({label})", f"min ({label})", f"max ({label})", "repeats",
             f"ratio vs {first.baseline} (x)" if first.baseline else "ratio (x)",
             f"published ({label})", "published ratio (x)", "data"]
-    quality = is_quality(first)
-    table = Table(cols, title=title or f"{first.chapter} / {first.experiment}: {first.metric}",
-                  note=_note(first))
+    table = Table(cols, title=f"{first.chapter} / {first.experiment}: {first.metric}", note=_note(first))
     for r in rows:
-        if (r.metric, r.unit) != (first.metric, first.unit):
-            raise ValueError(f"rows_table takes one metric and unit; got {r.metric} {r.unit} and "
-                             f"{first.metric} {first.unit}")
-        median: Any = r.median
-        if quality and r.data == "standin":
-            median = f"{fmt(r.median)} (stand-in)"
+        median = f"{fmt(r.median)} (stand-in)" if is_quality(first) and r.data == "standin" else r.median
         table.add(r.variant, median, r.min, r.max, r.repeats, r.ratio, r.published, r.published_ratio,
-                  _data_label(r))
+                  _DATA.get(r.data, "no data set"))
     return table
 
 
@@ -171,35 +152,24 @@ def _note(row: Row) -> str:
     return "; ".join(parts)
 
 
-def group_rows(rows: Iterable[Row]) -> dict[tuple[str, str, str, str], list[Row]]:
-    """Rows grouped by (chapter, experiment, metric, unit), in the order they first appear."""
+def render_markdown(rows: Sequence[Row], heading_level: int = 3) -> str:
+    """Every experiment's tables as markdown, one per (chapter, experiment, metric, unit) in order of appearance."""
     groups: dict[tuple[str, str, str, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((r.chapter, r.experiment, r.metric, r.unit), []).append(r)
-    return groups
-
-
-def render_markdown(rows: Sequence[Row], heading_level: int = 3) -> str:
-    """Every experiment's tables as markdown, grouped by chapter and experiment."""
     out = []
-    for (chapter, experiment, metric, _unit), group in group_rows(rows).items():
+    for group in groups.values():
         table = rows_table(group)
-        out += [f"{'#' * heading_level} {chapter} / {experiment}: {metric}", "", table.to_markdown(), "",
-                f"*{table.note}*", ""]
+        out += [f"{'#' * heading_level} {table.title}", "", table.to_markdown(), "", f"*{table.note}*", ""]
     return "\n".join(out)
 
 
 def render_csv(rows: Sequence[Row], path: Path | str | None = None) -> str:
     """Rows as a flat CSV (one line per row, fingerprint as the machine's id and hardware class)."""
-    cols = ["chapter", "experiment", "variant", "metric", "unit", "median", "min", "max", "repeats",
-            "lower_is_better", "baseline", "ratio", "published", "published_ratio", "published_source",
-            "profile", "data", "machine", "hardware", "torch", "time"]
-    table = Table(cols)
+    table = Table([*_CSV_FIELDS, "machine", "hardware", "torch", "time"])
     for r in rows:
-        table.add(r.chapter, r.experiment, r.variant, r.metric, r.unit, r.median, r.min, r.max, r.repeats,
-                  r.lower_is_better, r.baseline, r.ratio, r.published, r.published_ratio, r.published_source,
-                  r.profile, r.data, machine_key(r.fingerprint), hardware_class(r.fingerprint),
-                  r.versions.get("torch", ""), r.time)
+        table.add(*(getattr(r, name) for name in _CSV_FIELDS), machine_key(r.fingerprint),
+                  hardware_class(r.fingerprint), r.versions.get("torch", ""), r.time)
     text = table.to_csv()
     if path is not None:
         files.atomic_write_text(Path(path), text)
@@ -210,29 +180,21 @@ class SubmitError(ValueError):
     """Nothing to submit, or a submission that would leak a private name."""
 
 
-def latest_rows_file(root: Path | str) -> Path:
-    """The newest ``rows.jsonl`` of a run folder under ``root`` (``root``'s own only when there is no run)."""
-    root = Path(root)
-    found = [p for p in root.rglob(results.ROWS_FILE) if p.stat().st_size > 0] if root.is_dir() else []
-    runs = [p for p in found if p.parent != root]
-    found = runs or found
-    if not found:
-        raise SubmitError(f"no results under {root}: run `make reproduce` (or `make bench`) first")
-    return max(found, key=lambda p: (p.stat().st_mtime, str(p)))
-
-
 def rows_file(source: Path | str | None, root: Path | str) -> Path:
-    """The rows to submit: ``source`` (a run folder or rows file) or the latest under ``root``."""
-    if source is None:
-        return latest_rows_file(root)
-    source = Path(source)
-    if source.is_dir():
-        if (source / results.ROWS_FILE).exists():
-            return source / results.ROWS_FILE
-        return latest_rows_file(source)
-    if not source.exists():
-        raise SubmitError(f"{source} does not exist")
-    return source
+    """The rows to submit: ``source`` (a rows file, a run folder's own ``rows.jsonl``), else the newest
+    ``rows.jsonl`` of a run folder under ``source`` or ``root`` (the folder's own only when it has no run)."""
+    if source is not None and not Path(source).is_dir():
+        if not Path(source).exists():
+            raise SubmitError(f"{source} does not exist")
+        return Path(source)
+    folder = Path(root if source is None else source)
+    if source is not None and (folder / results.ROWS_FILE).exists():
+        return folder / results.ROWS_FILE
+    found = [p for p in folder.rglob(results.ROWS_FILE) if p.stat().st_size > 0] if folder.is_dir() else []
+    found = [p for p in found if p.parent != folder] or found
+    if not found:
+        raise SubmitError(f"no results under {folder}: run `make reproduce` (or `make bench`) first")
+    return max(found, key=lambda p: (p.stat().st_mtime, str(p)))
 
 
 def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, Any]:
@@ -241,27 +203,21 @@ def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, 
         raise SubmitError("the run has no result rows to submit")
     names = private_names() if names is None else names
     fingerprints: list[dict[str, Any]] = []
-    index: dict[str, int] = {}
     packed = []
     for r in rows:
-        fp = dict(r.fingerprint)
-        fp.setdefault("machine_id", machine_id())
-        key = json.dumps(fp, sort_keys=True, default=str)
-        if key not in index:
-            index[key] = len(fingerprints)
+        fp = {"machine_id": machine_id(), **r.fingerprint}
+        if fp not in fingerprints:
             fingerprints.append(fp)
         d = results.asdict(r)
-        d.pop("versions", None)  # inside the fingerprint already
-        d["fingerprint"] = index[key]
-        packed.append(d)
+        del d["versions"]  # inside the fingerprint already
+        packed.append({**d, "fingerprint": fingerprints.index(fp)})
     machines = sorted({fp["machine_id"] for fp in fingerprints})
-    chapters = Counter(r.chapter for r in rows)
     payload = {
         "format": SUBMISSION_FORMAT, "version": SUBMISSION_VERSION, "rows_version": results.SCHEMA_VERSION,
         "machine_id": machines[0] if len(machines) == 1 else machines,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "contents": describe(rows),
-        "chapters": dict(sorted(chapters.items())),
+        "chapters": dict(sorted(Counter(r.chapter for r in rows).items())),
         "fingerprints": fingerprints, "rows": packed,
     }
     payload = redact(payload, names, all_paths=True)
@@ -284,14 +240,10 @@ def read_submission(path: Path | str) -> list[Row]:
         raise ResultsFormatError(
             f"{path.name} is a submission of format version {payload.get('version')!r}; this course reads "
             f"version {SUBMISSION_VERSION}. Update the course (git pull), or ask for a submission made with it.")
-    fingerprints = payload.get("fingerprints", [])
     rows = []
     for d in payload.get("rows", []):
-        d = dict(d)
-        fp = fingerprints[d["fingerprint"]] if isinstance(d.get("fingerprint"), int) else d.get("fingerprint", {})
-        d["fingerprint"] = fp
-        d.setdefault("versions", dict(fp.get("versions", {})))
-        rows.append(results.row_from_dict(d))
+        fp = payload["fingerprints"][d["fingerprint"]]
+        rows.append(results.row_from_dict({"versions": dict(fp.get("versions", {})), **d, "fingerprint": fp}))
     return rows
 
 
@@ -325,8 +277,7 @@ def submit(source: Path | str | None = None, out: Path | str | None = None,
            root: Path | str | None = None) -> tuple[Path, dict[str, Any]]:
     """Write the submission file; returns its path and payload."""
     root = Path(root) if root is not None else results.results_dir()
-    path = rows_file(source, root)
-    payload = pack(results.read_rows(path))
+    payload = pack(results.read_rows(rows_file(source, root)))
     machine = payload["machine_id"] if isinstance(payload["machine_id"], str) else "several"
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     target = Path(out) if out is not None else root / f"submission-{machine[:8]}-{stamp}.json"
@@ -352,10 +303,9 @@ def load(paths: Iterable[Path | str]) -> list[Row]:
     """All rows from ``paths`` (files or folders); the same row read twice counts once."""
     rows: list[Row] = []
     seen: set[str] = set()
-    files = sorted({p.resolve() for given in paths for p in find_inputs(given)})
-    for n, path in enumerate(files):
-        batch = read_submission(path) if path.suffix == ".json" else results.read_rows(path)
-        for r in batch:
+    inputs = sorted({p.resolve() for given in paths for p in find_inputs(given)})
+    for n, path in enumerate(inputs):
+        for r in read_submission(path) if path.suffix == ".json" else results.read_rows(path):
             key = json.dumps([machine_key(r.fingerprint), r.chapter, r.experiment, r.variant, r.metric,
                               r.unit, r.time, r.median, r.min, r.max, r.repeats], default=str)
             if key not in seen:
@@ -372,14 +322,11 @@ class Cell:
     median: float
     min: float
     max: float
-    repeats: int
-    runs: int
+    values: list[float]
     ratio: float | None = None
     ratio_low: float | None = None
     ratio_high: float | None = None
     unclear: bool = False
-    values: list[float] = field(default_factory=list)
-    verdict: str = ""
 
 
 @dataclass
@@ -393,19 +340,11 @@ class Lever:
     profile: str
     baseline: str | None
     lower_is_better: bool
+    published_source: str | None
     variants: list[str] = field(default_factory=list)
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)  # (machine, variant) -> Cell
     published: dict[str, float] = field(default_factory=dict)  # variant -> published ratio (or value)
-    published_source: str | None = None
     data: set[str] = field(default_factory=set)
-
-    @property
-    def key(self) -> tuple[str, str, str, str, str]:
-        return (self.chapter, self.experiment, self.metric, self.unit, self.profile)
-
-    @property
-    def has_ratios(self) -> bool:
-        return self.baseline is not None
 
     def title(self) -> str:
         return f"{self.chapter} / {self.experiment}: {self.metric} ({self.profile} profile)"
@@ -413,105 +352,78 @@ class Lever:
 
 @dataclass
 class Machine:
-    """One machine of the pool: its private key, fingerprint, runs, rows, profiles and short label."""
+    """One machine of the pool: its private key, fingerprint, hardware class, runs, rows, profiles, short label."""
 
     key: str
     fingerprint: dict[str, Any]
+    hardware: str
     runs: set[str] = field(default_factory=set)
     rows: int = 0
     profiles: set[str] = field(default_factory=set)
     label: str = ""
 
-    @property
-    def hardware(self) -> str:
-        return hardware_class(self.fingerprint)
-
-
-def _ratio(base: float, value: float, lower_is_better: bool) -> float | None:
-    if lower_is_better:
-        return base / value if value else None
-    return value / base if base else None
-
-
-def _judge(cell: Cell, base: Cell, lower_is_better: bool, is_baseline: bool) -> None:
-    """Ratio, interval and word of ``helpers.measure.verdict`` over paired rounds; else "not paired", unclear."""
-    cell.ratio = _ratio(base.median, cell.median, lower_is_better)
-    if is_baseline:
-        cell.verdict = "baseline"
-        return
-    if base.values and len(base.values) == len(cell.values) and min(base.values + cell.values) > 0:
-        v = verdict(base.values, cell.values, higher_is_better=not lower_is_better)
-        cell.ratio, cell.ratio_low, cell.ratio_high, cell.verdict = v.ratio, v.low, v.high, v.word
-        cell.unclear = v.word == NO_DIFFERENCE
-    else:
-        cell.verdict = "not paired"
-        cell.unclear = True
-
 
 def machines_of(rows: Sequence[Row]) -> dict[str, Machine]:
-    """The machines the rows come from, keyed by their private id."""
+    """The machines the rows come from, keyed by their private id, ordered by hardware class."""
     out: dict[str, Machine] = {}
     for r in rows:
         key = machine_key(r.fingerprint)
-        m = out.setdefault(key, Machine(key, r.fingerprint))
+        m = out.setdefault(key, Machine(key, r.fingerprint, hardware_class(r.fingerprint)))
         m.rows += 1
         m.runs.add(str(r.extra.get(POOLED_FROM, r.time[:10])))
         m.profiles.add(r.profile)
-    short = Counter(m.key[:8] for m in out.values())
+    short = Counter(key[:8] for key in out)
     for m in out.values():  # a short label unless two machines share it
         m.label = m.key if short[m.key[:8]] > 1 else m.key[:8]
-    return out
+    return dict(sorted(out.items(), key=lambda item: (item[1].hardware, item[0])))
 
 
 def levers_of(rows: Sequence[Row]) -> list[Lever]:
     """Rows grouped into levers, merged per machine and variant, ratios recomputed from the merge."""
     groups: dict[tuple[str, str, str, str, str], list[Row]] = {}
-    for r in rows:
+    for r in sorted(rows, key=lambda r: (machine_key(r.fingerprint), r.time)):  # round i stays paired
         groups.setdefault((r.chapter, r.experiment, r.metric, r.unit, r.profile), []).append(r)
     levers = []
-    for key in sorted(groups):
-        group = sorted(groups[key], key=lambda r: (machine_key(r.fingerprint), r.time))
-        first = group[0]
+    for key, group in sorted(groups.items()):
         baselines = sorted({r.baseline for r in group if r.baseline})
-        lever = Lever(*key, baseline=baselines[0] if baselines else None, lower_is_better=first.lower_is_better,
+        lever = Lever(*key, baseline=baselines[0] if baselines else None, lower_is_better=group[0].lower_is_better,
                       published_source=next((r.published_source for r in group if r.published_source), None))
+        lever.variants = sorted(dict.fromkeys(r.variant for r in group), key=lambda v: v != lever.baseline)
         per: dict[tuple[str, str], list[Row]] = {}
         for r in group:
             per.setdefault((machine_key(r.fingerprint), r.variant), []).append(r)
-            if r.variant not in lever.variants:
-                lever.variants.append(r.variant)
             lever.data.add(r.data)
             pub = r.published_ratio if lever.baseline else r.published
             if pub is not None:
                 lever.published.setdefault(r.variant, pub)
-        if lever.baseline in lever.variants:  # the baseline first, the others as first seen
-            lever.variants.remove(lever.baseline)
-            lever.variants.insert(0, lever.baseline)
         for (machine, variant), rs in per.items():
-            lever.cells[(machine, variant)] = Cell(
-                median=statistics.median(r.median for r in rs), min=min(r.min for r in rs),
-                max=max(r.max for r in rs), repeats=sum(r.repeats for r in rs), runs=len(rs),
-                values=[v for r in rs for v in r.values])  # runs in time order: round i stays paired
+            lever.cells[(machine, variant)] = Cell(statistics.median(r.median for r in rs), min(r.min for r in rs),
+                                                   max(r.max for r in rs), [v for r in rs for v in r.values])
         for (machine, variant), cell in lever.cells.items():
-            base = lever.cells.get((machine, lever.baseline)) if lever.baseline else None
-            if base is None:
-                ratios = [r.ratio for r in per[(machine, variant)] if r.ratio is not None]
-                cell.ratio = statistics.median(ratios) if ratios else None
-                continue
-            _judge(cell, base, lever.lower_is_better, variant == lever.baseline)
+            base = lever.cells.get((machine, lever.baseline))
+            if base is not None:  # a machine without the baseline gets no ratio
+                _judge(cell, base, lever, variant == lever.baseline)
         levers.append(lever)
     return levers
 
 
-def _ordered_machines(machines: dict[str, Machine]) -> list[Machine]:
-    return sorted(machines.values(), key=lambda m: (m.hardware, m.key))
+def _judge(cell: Cell, base: Cell, lever: Lever, is_baseline: bool) -> None:
+    """``helpers.measure.verdict``'s ratio and interval over paired rounds; unpaired ratios are unclear."""
+    if is_baseline:
+        cell.ratio = 1.0
+    elif len(base.values) == len(cell.values) > 0 and min(base.values + cell.values) > 0:
+        v = verdict(base.values, cell.values, higher_is_better=not lever.lower_is_better)
+        cell.ratio, cell.ratio_low, cell.ratio_high, cell.unclear = v.ratio, v.low, v.high, not v.decided
+    else:  # no paired rounds: the ratio of the medians
+        top, bottom = (base.median, cell.median) if lever.lower_is_better else (cell.median, base.median)
+        cell.ratio, cell.unclear = (top / bottom if bottom else None), True
 
 
 def machines_table(machines: dict[str, Machine]) -> Table:
     """One line per machine: private id, hardware class, CPU, cores, ISA, GPU, torch, runs merged."""
     table = Table(["machine", "hardware class", "CPU", "cores (physical/logical)", "instruction sets", "GPU",
                    "torch", "profiles", "rows", "runs merged"])
-    for m in _ordered_machines(machines):
+    for m in machines.values():
         fp = m.fingerprint
         table.add(m.label, m.hardware, fp.get("cpu_model", "?"), f"{fp.get('physical_cores', '?')}/"
                   f"{fp.get('logical_cores', '?')}", isa_class(fp), ", ".join(fp.get("accelerators") or [])
@@ -522,75 +434,65 @@ def machines_table(machines: dict[str, Machine]) -> Table:
 
 def lever_table(lever: Lever, machines: dict[str, Machine]) -> Table:
     """Variants down, machines across (grouped by hardware class), the published figure last."""
-    order = [m for m in _ordered_machines(machines) if any((m.key, v) in lever.cells for v in lever.variants)]
+    order = [m for m in machines.values() if any(key == m.key for key, _ in lever.cells)]
     label = metric_label(lever.metric, lever.unit)
-    what = f"ratio vs {lever.baseline} (x)" if lever.has_ratios else f"median ({label})"
-    cols = ["variant"] + [f"{m.label} [{m.hardware}] {what}" for m in order]
-    cols.append("published ratio (x)" if lever.has_ratios else f"published ({label})")
-    table = Table(cols)
+    what = f"ratio vs {lever.baseline} (x)" if lever.baseline else f"median ({label})"
+    table = Table(["variant", *(f"{m.label} [{m.hardware}] {what}" for m in order),
+                   "published ratio (x)" if lever.baseline else f"published ({label})"])
     for v in lever.variants:
         row: list[Any] = [v]
         for m in order:
             cell = lever.cells.get((m.key, v))
-            if cell is None:
+            if cell is None or (lever.baseline and cell.ratio is None):
                 row.append(None)
-            elif lever.has_ratios:
-                row.append(None if cell.ratio is None else f"{fmt(cell.ratio)}{' ' + UNCLEAR if cell.unclear else ''}")
+            elif lever.baseline:
+                row.append(f"{fmt(cell.ratio)}{' ' + UNCLEAR if cell.unclear else ''}")
             else:
                 row.append(f"{fmt(cell.median)} ({fmt(cell.min)} to {fmt(cell.max)})")
-        row.append(lever.published.get(v))
-        table.add(*row)
+        table.add(*row, lever.published.get(v))
     return table
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower()[:80]
 
 
 def lever_figure(lever: Lever, machines: dict[str, Machine], path: Path) -> Path:
     """Bars per variant and machine (colour = hardware class), spread as error bars, published as diamonds."""
     from matplotlib.figure import Figure
 
-    order = [m for m in _ordered_machines(machines) if any((m.key, v) in lever.cells for v in lever.variants)]
-    classes = sorted({m.hardware for m in order})
-    palette = ["#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8172B3", "#937860", "#DA8BC3", "#8C8C8C"]
-    colour = {c: palette[i % len(palette)] for i, c in enumerate(classes)}
+    order = [m for m in machines.values() if any(key == m.key for key, _ in lever.cells)]
+    colour = {hardware: f"C{i % 10}" for i, hardware in enumerate(dict.fromkeys(m.hardware for m in order))}
     fig = Figure(figsize=(max(6.0, 1.2 * len(lever.variants) * max(1, len(order)) ** 0.5 + 2), 4.2))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(order))
-    seen_classes: set[str] = set()
     for j, m in enumerate(order):
         xs, ys, lo, hi, unclear = [], [], [], [], []
         for i, v in enumerate(lever.variants):
             cell = lever.cells.get((m.key, v))
-            value = None if cell is None else (cell.ratio if lever.has_ratios else cell.median)
+            value = None if cell is None else (cell.ratio if lever.baseline else cell.median)
             if value is None:
                 continue
-            low = cell.ratio_low if lever.has_ratios else cell.min
-            high = cell.ratio_high if lever.has_ratios else cell.max
+            low = cell.ratio_low if lever.baseline else cell.min
+            high = cell.ratio_high if lever.baseline else cell.max
             xs.append(i - 0.4 + width * (j + 0.5))
             ys.append(value)
             lo.append(max(0.0, value - low) if low is not None else 0.0)
             hi.append(max(0.0, high - value) if high is not None else 0.0)
             unclear.append(cell.unclear)
-        label = m.hardware if m.hardware not in seen_classes else None
-        seen_classes.add(m.hardware)
-        bars = ax.bar(xs, ys, width=width * 0.9, color=colour[m.hardware], label=label, yerr=[lo, hi], capsize=2)
+        first_of_class = all(o.hardware != m.hardware for o in order[:j])
+        bars = ax.bar(xs, ys, width=width * 0.9, color=colour[m.hardware], yerr=[lo, hi], capsize=2,
+                      label=m.hardware if first_of_class else None)
         for bar, vague in zip(bars, unclear):
             if vague:  # the verdict does not call it: hatched, like the "~" in the table
                 bar.set_hatch("//")
     pubs = [(i, lever.published[v]) for i, v in enumerate(lever.variants) if v in lever.published]
     if pubs:
-        ax.scatter([p[0] for p in pubs], [p[1] for p in pubs], marker="D", color="black", zorder=3,
-                   label="published")
-    if lever.has_ratios:
+        ax.scatter(*zip(*pubs), marker="D", color="black", zorder=3, label="published")
+    if lever.baseline:
         ax.axhline(1.0, color="grey", linewidth=0.8)
         ax.set_ylabel(f"ratio vs {lever.baseline} (x, > 1 better)")
     else:
         ax.set_ylabel(f"{lever.metric} ({metric_label(lever.metric, lever.unit)})")
-    ax.set_xticks(range(len(lever.variants)))
-    ax.set_xticklabels(lever.variants, rotation=20 if len(lever.variants) > 4 else 0, ha="right"
-                       if len(lever.variants) > 4 else "center")
+    many = len(lever.variants) > 4
+    ax.set_xticks(range(len(lever.variants)), lever.variants, rotation=20 if many else 0,
+                  ha="right" if many else "center")
     ax.set_title(lever.title(), fontsize=10)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -609,29 +511,19 @@ def write_index(rows: Sequence[Row], out: Path | str) -> Path:
     lines = ["# Pooled course results", "",
              f"{len(machines)} machine(s), {len(rows)} result rows, {len(levers)} comparison(s). Machines are named "
              "by a private id (a salted hash; no user, host or path); repeated runs of one machine are merged.", "",
-             "## Machines", "", machines_table(machines).to_markdown(), ""]
-    lines += ["## Comparisons", "",
-              f"Ratios: baseline / variant for times, variant / baseline otherwise (> 1 means better): the median "
-              f"over each machine's paired rounds (its runs merged). `{UNCLEAR}` marks a ratio that the course's one "
-              "comparison rule, helpers.measure.verdict, does not call (its 95% interval reaches within 2% of 1.0, "
-              "or the rows carry no paired rounds): the variant may be no better or worse. Columns are grouped by "
-              "hardware class; the published figure is the last column and the black diamonds in the figures; error "
-              f"bars span the verdict's interval (the repeats' range where there is none) and hatched bars are the "
-              f"`{UNCLEAR}` ratios.", ""]
-    for old in sorted((out / "figures").glob("*.png")):  # figures of an earlier pooling into this folder
+             "## Machines", "", machines_table(machines).to_markdown(), "", "## Comparisons", "",
+             "Ratios: > 1 means better than the baseline, over each machine's paired rounds (its runs merged). "
+             f"`{UNCLEAR}` (hatched bars): helpers.measure.verdict does not call it, or there are no paired rounds. "
+             "Published figures: the last column, the black diamonds. How to read it: docs/workshop.md.", ""]
+    for old in (out / "figures").glob("*.png"):  # figures of an earlier pooling into this folder
         old.unlink()
-    used: set[str] = set()
-    for lever in levers:
-        name = _slug(f"{lever.chapter}-{lever.experiment}-{lever.metric}-{lever.profile}") or "lever"
-        while name in used:
-            name += "-x"
-        used.add(name)
+    for n, lever in enumerate(levers, 1):
+        name = re.sub(r"[^A-Za-z0-9]+", "-", f"{n:02d} {lever.title()}").strip("-").lower()[:80]
         figure = lever_figure(lever, machines, out / "figures" / f"{name}.png")
-        data = ", ".join(sorted({"standin": "stand-in data", "real": "real data"}.get(d, "no data set")
-                                for d in lever.data))
+        data = ", ".join(sorted({_DATA.get(d, "no data set") for d in lever.data}))
+        source = f"; published: {lever.published_source}" if lever.published_source else ""
         lines += [f"### {lever.title()}", "", lever_table(lever, machines).to_markdown(), "",
-                  f"*{'lower' if lever.lower_is_better else 'higher'} is better; {data}"
-                  + (f"; published: {lever.published_source}" if lever.published_source else "") + "*", "",
+                  f"*{'lower' if lever.lower_is_better else 'higher'} is better; {data}{source}*", "",
                   f"![{lever.title()}](figures/{figure.name})", ""]
     index = out / "index.md"
     files.atomic_write_text(index, "\n".join(lines))
@@ -644,9 +536,8 @@ def _submit(args: argparse.Namespace) -> int:
     except (SubmitError, results.ResultsFormatError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    size = target.stat().st_size
     shown = target.name if target.parent.resolve() == results.results_dir().resolve() else target
-    print(f"wrote {redact_text(str(shown), all_paths=False)} ({size / 1024:.0f} KB) for machine "
+    print(f"wrote {redact_text(str(shown), all_paths=False)} ({target.stat().st_size / 1024:.0f} KB) for machine "
           f"{payload['machine_id']}")
     print(payload["contents"])
     print("Send this file to the workshop organiser; they merge everyone's with "
@@ -661,8 +552,8 @@ def _pool(args: argparse.Namespace) -> int:
     except (ResultsFormatError, FileNotFoundError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    figures = sorted((Path(args.out) / "figures").glob("*.png"))
-    print(f"pooled {len(rows)} rows from {len(machines_of(rows))} machine(s): {index} and {len(figures)} figure(s)")
+    figures = len(list((Path(args.out) / "figures").glob("*.png")))
+    print(f"pooled {len(rows)} rows from {len(machines_of(rows))} machine(s): {index} and {figures} figure(s)")
     return 0
 
 

@@ -1,8 +1,7 @@
 """Serve a trained model with other engines (chapter 14): ``python -m helpers.deploy --model resnet18 --size 64x64``.
 
-The model is exported to ONNX once (``engines``), then PyTorch eager, ONNX Runtime and OpenVINO run the same
-fixed batch in interleaved rounds, a fresh session per engine and round; each result is a ``measure.Result``
-with the agreement with eager fp32 and the precision the engine really ran in. The method is in docs/tools.md."""
+One ONNX export (``engines``), then every engine on one fixed batch in interleaved rounds; the method is in
+docs/tools.md."""
 
 from __future__ import annotations
 
@@ -23,11 +22,11 @@ from torch import nn
 from .. import measure, models, results, system
 from ..tables import Table
 from .engines import (DEVICES, ENGINES, EXPORTERS, OPSET, PRECISIONS, DeployError, Runner, agreement,
-                      available_engines, eager_devices, eager_runner, export_onnx, import_engine,
-                      onnxruntime_providers, onnxruntime_runner, openvino_devices, openvino_runner, parse_engines)
+                      available_engines, eager_devices, eager_runner, export_onnx, onnxruntime_providers,
+                      onnxruntime_runner, openvino_devices, openvino_runner, parse_engines)
 
 BLOG_MODEL = "blog"
-BOOK_MODELS = {"book_cnn": "fashionmnist", "book_cnn_fashionmnist": "fashionmnist", "book_cnn_cifar10": "cifar10"}
+BOOK_MODELS = {"book_cnn": "fashionmnist", "book_cnn_cifar10": "cifar10"}
 AGREEMENT_INPUTS = 32  # agreement is judged on at least this many inputs, never on one sample
 AA_FROM_ARMS = 3  # a comparison of this many engine variants or more carries an A/A arm
 
@@ -53,7 +52,7 @@ def parse_size(text: str | int) -> tuple[int, int]:
 
 def build_model(name: str, *, size: tuple[int, int] | None = None, checkpoint: str | Path | None = None,
                 num_classes: int = 10, seed: int = 0) -> ModelSpec:
-    """The book's CNN, a torchvision model, ``timm:NAME``, or ``blog`` (the Arc blog's setting), in eval mode."""
+    """The book's CNN, a torchvision model, or ``blog`` (the Arc blog's setting), in eval mode."""
     torch.manual_seed(seed)
     key = name.lower()
     if key in BOOK_MODELS:
@@ -69,15 +68,11 @@ def build_model(name: str, *, size: tuple[int, int] | None = None, checkpoint: s
         label = ("STAND-IN for the blog's YOLOX-tiny (not a pinned dependency): torchvision resnet18, about 3.1 GMAC "
                  "per 384x224 image; YOLOX-tiny's published 6.45 GFLOPs (3.2 GMAC) are at 416x416, about 1.6 GMAC at "
                  "384x224, so the stand-in does about twice the work")
-    elif key.startswith("timm:"):
-        timm = import_engine("timm")
-        model = timm.create_model(name[5:], pretrained=False, num_classes=num_classes)
-        shape, label = (3, *(size or (224, 224))), f"timm {name[5:]}"
     else:
         try:
             model = models.torchvision_model(name, num_classes=num_classes)
         except ValueError as exc:
-            raise DeployError(f"{exc} Also: {', '.join(BOOK_MODELS)}, {BLOG_MODEL}, timm:NAME.") from None
+            raise DeployError(f"{exc} Also: {', '.join(BOOK_MODELS)}, {BLOG_MODEL}.") from None
         shape, label = (3, *(size or (224, 224))), f"torchvision {name}"
     if checkpoint is not None:
         load_weights(model, checkpoint)
@@ -108,9 +103,8 @@ def fixed_batch(input_shape: tuple[int, ...], batch: int, seed: int = 0) -> np.n
 
 @dataclass
 class EngineResult(measure.Result):
-    """One engine's ``measure.Result``: latencies (s per call, one per round) as samples, first calls as warm-up;
-    ``metrics``: export_s, load_s, max_abs_diff, top1_agreement; ``settings``: engine, device, precision,
-    batch, agreement_n, ...; ``rounds``: the comparison's ``measure.Rounds``, shared by its engines."""
+    """One engine's ``measure.Result`` (latency per round as samples, first calls as warm-up), with the
+    comparison's ``measure.Rounds``, shared by its engines."""
 
     rounds: measure.Rounds | None = None
 
@@ -151,32 +145,27 @@ def _run_chunked(run: Runner, inputs: np.ndarray, batch: int) -> np.ndarray:
 
 
 def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = ENGINES, device: str = "cpu",
-            precision: str | None = None, repeats: int = 5, warmup: int = 3, workdir: str | Path | None = None,
-            dynamic_batch: bool = False, inputs: np.ndarray | None = None, rounds: int | None = None,
-            also_dynamic: bool = False, progress: bool = True, exporter: str = "dynamo") -> list[EngineResult]:
-    """Export ``spec.model`` once, then time every engine on one fixed batch in interleaved rounds: a fresh session, a
-    first call kept apart, ``warmup`` untimed and ``repeats`` timed calls each round. ``also_dynamic`` adds a dynamic-batch
-    export of every ONNX engine; three or more variants carry an A/A arm (``measure.with_aa``)."""
+            precision: str | None = None, repeats: int = 5, warmup: int = 3, inputs: np.ndarray | None = None,
+            rounds: int | None = None, also_dynamic: bool = False, progress: bool = True,
+            exporter: str = "dynamo") -> list[EngineResult]:
+    """Export ``spec.model`` once, then time every engine on one fixed batch in interleaved rounds (a fresh session
+    each); ``also_dynamic`` adds a dynamic-batch export of every ONNX engine."""
     if device not in DEVICES:
         raise DeployError(f"Unknown --device {device!r}; choose from {', '.join(DEVICES)}.")
-    if exporter not in EXPORTERS:
-        raise DeployError(f"Unknown exporter {exporter!r}; choose from {', '.join(EXPORTERS)}.")
     if batch < 1 or repeats < 1 or warmup < 0 or (rounds is not None and rounds < 1):
         raise DeployError("batch, repeats and rounds must be >= 1 and warmup >= 0")
     chosen = [(e, h or (precision if e == "openvino" else None)) for e, h in parse_engines(engines)]
-    targets = [(e, t, h, dynamic_batch) for e, t, h in _targets(chosen, device)]
+    targets = [(e, t, h, False) for e, t, h in _targets(chosen, device)]
     if also_dynamic:
-        targets += [(e, t, h, not dynamic_batch) for e, t, h, _ in targets if e != "eager"]
+        targets += [(e, t, h, True) for e, t, h, _ in targets if e != "eager"]
     x = inputs if inputs is not None else fixed_batch(spec.input_shape, batch)
     batch = x.shape[0]
     check = _agreement_set(x)
     reference = _run_chunked(eager_runner(spec.model, "cpu", None)[0], check, batch)
     exports: dict[bool, tuple[Path, float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        folder = Path(workdir or tmp)
-        folder.mkdir(parents=True, exist_ok=True)
         for dyn in sorted({d for e, _, _, d in targets if e != "eager"}):
-            path = folder / f"{spec.name.replace(':', '_')}{'_dynamic' if dyn else ''}.onnx"
+            path = Path(tmp) / f"{spec.name}{'_dynamic' if dyn else ''}.onnx"
             exports[dyn] = (path, export_onnx(spec.model, torch.from_numpy(x), path, dynamic_batch=dyn,
                                                 exporter=exporter))
         state: dict[str, dict[str, Any]] = {}
@@ -232,14 +221,7 @@ def verdict(found: Sequence[EngineResult], name: str, baseline: str | None = Non
     for wanted in (baseline, name):
         if wanted is not None and wanted not in by:
             raise DeployError(f"no engine {wanted!r} among {', '.join(by)}")
-    return _verdict(by[baseline] if baseline else found[0], by[name])
-
-
-def _verdict(base: EngineResult, r: EngineResult) -> measure.Verdict:
-    rounds = base.rounds
-    if rounds is not None and r.rounds is rounds and {base.name, r.name} <= set(rounds.names):
-        return rounds.verdict(r.name, base.name)  # DISTURBED for every engine when the A/A arm got a verdict
-    return measure.verdict(base.samples, r.samples)
+    return found[0].rounds.verdict(name, baseline or found[0].name)  # DISTURBED everywhere when the A/A arm failed
 
 
 def _first_call(r: EngineResult) -> float | None:
@@ -259,22 +241,20 @@ def results_table(found: Sequence[EngineResult], baseline: str | None = None, ti
         if r is base:
             cells: list[Any] = [1.0, "-", "baseline"]
         else:
-            v = _verdict(base, r)
+            v = base.rounds.verdict(r.name, base.name)
             cells = [v.ratio, v.interval, measure.aa_word(v) if r.name.startswith(measure.AA_PREFIX) else v.label]
         m = r.metrics
         table.add(r.name, r.precision, r.throughput, r.latency_ms, 1e3 * min(r.samples), 1e3 * max(r.samples),
                   *cells, m["export_s"], m["load_s"], _first_call(r), m["max_abs_diff"], 100 * m["top1_agreement"])
-    rounds = found[0].rounds
-    table.note = ((rounds.note() + " " if rounds is not None else "")
-                  + "Latency: median of each round's timed calls (fresh session, first call apart). "
-                    f"Agreement: with PyTorch eager fp32 on {found[0].settings.get('agreement_n', 0)} inputs.")
+    table.note = (f"{found[0].rounds.note()} Latency: median of each round's timed calls (fresh session, first call "
+                  f"apart). Agreement: with PyTorch eager fp32 on {found[0].settings.get('agreement_n', 0)} inputs.")
     return table
 
 
-def to_rows(found: Sequence[EngineResult], *, chapter: str = "14", experiment: str, baseline: str | None = None,
-            data: str = "none", label: str = "") -> list[results.Row]:
-    """Result rows (helpers.results): throughput (images/s) and latency (ms) per engine, details in ``extra``."""
-    base = baseline or found[0].name
+def to_rows(found: Sequence[EngineResult], *, experiment: str, data: str = "none",
+            label: str = "") -> list[results.Row]:
+    """Chapter 14's result rows: throughput (images/s) and latency (ms) per engine against the first."""
+    chapter, base = "14", found[0].name
     extra = {r.name: {**r.settings, **r.metrics, "first_call_s": _first_call(r), "model": label} for r in found}
     rows = results.make_rows(chapter, experiment, {r.name: [r.settings["batch"] / t for t in r.samples] for r in found},
                              metric="throughput", unit="images/s", baseline=base, lower_is_better=False, data=data,
@@ -285,12 +265,12 @@ def to_rows(found: Sequence[EngineResult], *, chapter: str = "14", experiment: s
     return rows
 
 
-def answers(engines: Mapping[str, Callable[[np.ndarray], np.ndarray]], loader: Any, *,
-            reference: str | None = None) -> tuple[dict[str, float], dict[str, float], int]:
-    """Every batch of ``loader`` through every engine: accuracy %, % same class as ``reference`` (default: the
-    first engine), and the number of images."""
+def answers(engines: Mapping[str, Callable[[np.ndarray], np.ndarray]],
+            loader: Any) -> tuple[dict[str, float], dict[str, float], int]:
+    """Every batch of ``loader`` through every engine: accuracy %, % same class as the first engine, and the number
+    of images."""
     names = list(engines)
-    ref = reference or names[0]
+    ref = names[0]
     correct, agree, n = dict.fromkeys(names, 0), dict.fromkeys(names, 0), 0
     for images, labels in loader:
         b, y = images.numpy(), np.asarray(labels)
@@ -372,7 +352,7 @@ def ratio_bars(ax: Any, runs: Sequence[EngineResult], title: str, published_rati
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m helpers.deploy", description="Serve a trained model with other engines.")
     p.add_argument("--model", default="resnet18",
-                   help=f"book_cnn, book_cnn_cifar10, {', '.join(models.TORCHVISION_MODELS)}, timm:NAME, or "
+                   help=f"book_cnn, book_cnn_cifar10, {', '.join(models.TORCHVISION_MODELS)}, or "
                         f"'{BLOG_MODEL}' (the Arc blog's 384x224 setting, with a labelled stand-in model)")
     p.add_argument("--size", default=None, help="N or HxW (height first); default: the model's own size")
     p.add_argument("--batch", type=int, default=1)
@@ -384,15 +364,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--precision", default=None, choices=PRECISIONS,
                    help="OpenVINO's INFERENCE_PRECISION_HINT (default: the plugin's own choice)")
     p.add_argument("--checkpoint", default=None, help="a checkpoint written by helpers.checkpoints (dict with 'model')")
-    p.add_argument("--dynamic-batch", action="store_true", help="export with a dynamic batch dimension")
     p.add_argument("--exporter", default="dynamo", choices=EXPORTERS,
                    help="torch.onnx.export's exporter: dynamo (the default since torch 2.9, needs onnxscript) or "
                         "torchscript (the older one, dynamo=False)")
     p.add_argument("--repeats", type=int, default=5, help="timed calls per engine per round")
     p.add_argument("--rounds", type=int, default=measure.ROUNDS, help="interleaved rounds (a fresh session each)")
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--keep", default=None, help="folder to keep the .onnx file in")
-    p.add_argument("--rows", default=None, help="rows file (default: results/rows.jsonl or $COURSE_RESULTS)")
     return p
 
 
@@ -412,11 +389,11 @@ def main(argv: Sequence[str] | None = None) -> list[EngineResult]:
           f"{args.rounds} rounds of {args.warmup} warm-up + {args.repeats} timed calls | exporter: {exporter}, "
           f"opset {OPSET}")
     found = compare(spec, batch=args.batch, engines=engines, device=args.device, precision=args.precision,
-                    repeats=args.repeats, warmup=args.warmup, workdir=args.keep, dynamic_batch=args.dynamic_batch,
-                    rounds=args.rounds, progress=False, exporter=args.exporter)
+                    repeats=args.repeats, warmup=args.warmup, rounds=args.rounds, progress=False,
+                    exporter=args.exporter)
     print(results_table(found))
     h, w = spec.input_shape[1:]
-    rows = to_rows(found, experiment=f"deploy_{spec.name.replace(':', '_')}_{h}x{w}_b{args.batch}", label=spec.label)
-    path = results.append_rows(rows, args.rows)
+    rows = to_rows(found, experiment=f"deploy_{spec.name}_{h}x{w}_b{args.batch}", label=spec.label)
+    path = results.append_rows(rows)
     print(f"\n{len(rows)} result rows appended to {path.name} ({path.parent.name}/)")
     return found

@@ -1,7 +1,5 @@
-"""The engines of ``helpers.deploy``: export to ONNX (``torch.onnx.export``, dynamo or TorchScript exporter) and
-one runner per engine (PyTorch eager, ONNX Runtime, OpenVINO), each ``run(batch) -> outputs`` with the precision
-it really runs in. Engines are imported where they are used (``import_engine``), so a missing one gives one
-message saying how to install it; ``available_engines`` says which import here and why the others do not."""
+"""The engines of ``helpers.deploy``: export to ONNX and one runner per engine (PyTorch eager, ONNX Runtime, OpenVINO),
+each imported where it is used (``import_engine``), so that a missing one is one message saying how to install it."""
 
 from __future__ import annotations
 
@@ -35,7 +33,6 @@ OPSET = 20  # what both exporters of torch 2.14 write by default; ONNX Runtime 1
 _PINS = {"onnx": "onnx==1.23.2", "onnxscript": "onnxscript==0.7.2", "onnxruntime": "onnxruntime==1.32.0",
          "openvino": "openvino==2026.4.1"}
 _NAMES = {"onnx": "ONNX", "onnxscript": "onnxscript", "onnxruntime": "ONNX Runtime", "openvino": "OpenVINO"}
-_MODULES = {"onnxruntime": "onnxruntime", "openvino": "openvino"}  # the module each engine imports (eager: torch)
 
 
 class DeployError(RuntimeError):
@@ -63,32 +60,25 @@ def parse_engines(text: str | Sequence[str]) -> list[tuple[str, str | None]]:
 
 
 def import_engine(module: str) -> Any:
-    """Import an engine's module; a missing one raises DeployError saying how to install it (or that no wheel fits here)."""
+    """Import an engine's module; DeployError saying why it does not import and how to install it otherwise."""
     try:
         return importlib.import_module(module)
-    except ImportError:
-        label = _no_wheel_here(module)
-        if label:
-            raise DeployError(f"{_NAMES.get(module, module)} is not installed on this platform (no wheel for {label}, "
-                              f"so the course leaves it out here): use the engines that import here "
-                              f"({', '.join(available_engines()[0])}).") from None
-        raise DeployError(
-            f"{_NAMES.get(module, module)} is not installed in this environment. It is a pinned dependency of "
-            f"the course: run `make setup`, or `pip install {_PINS.get(module, module)}` in this environment."
-        ) from None
+    except ImportError as exc:
+        here = available_engines()[0] if _no_wheel_here(module) else None
+        rest = f": use the engines that import here ({', '.join(here)})" if here else ""
+        raise DeployError(f"{_NAMES.get(module, module)} is {_why_not(module, exc)}{rest}.") from None
 
 
 def available_engines() -> tuple[list[str], dict[str, str]]:
     """The engines of ``ENGINES`` that import here, and ``{engine: why not}`` for the others."""
     here, missing = [], {}
     for engine in ENGINES:
-        module = _MODULES.get(engine)
         try:
-            if module:
-                importlib.import_module(module)
+            if engine != "eager":  # the others import the module of their name
+                importlib.import_module(engine)
             here.append(engine)
         except ImportError as exc:
-            missing[engine] = f"{_NAMES[module]}: {_why_not(module, exc)}"
+            missing[engine] = f"{_NAMES[engine]}: {_why_not(engine, exc)}"
     return here, missing
 
 
@@ -98,7 +88,7 @@ def _why_not(module: str, exc: ImportError) -> str:
     if label:
         return f"not installed on this platform (no wheel for {label})"
     if isinstance(exc, ModuleNotFoundError) and exc.name == module:
-        return f"not installed in this environment (`make setup` installs {_PINS.get(module, module)})"
+        return f"not installed in this environment (`make setup` installs it, or `pip install {_PINS[module]}`)"
     return f"installed but does not import ({type(exc).__name__}: {' '.join(str(exc).split())[:200]})"
 
 
@@ -110,22 +100,14 @@ def _no_wheel_here(module: str) -> str | None:
 
 def export_onnx(model: nn.Module, example: torch.Tensor, path: str | Path, *, dynamic_batch: bool = False,
                 opset: int = OPSET, exporter: str = "dynamo") -> float:
-    """``torch.onnx.export`` of ``model`` on ``example`` to one ``.onnx`` file (weights inside); seconds taken. ``exporter``:
-    "dynamo" (the default since torch 2.9, needs onnxscript) or "torchscript" (``dynamo=False``). An unsupported
-    operator raises DeployError naming it."""
+    """``torch.onnx.export`` of ``model`` on ``example`` to one ``.onnx`` file (weights inside); seconds taken.
+    ``exporter``: "dynamo" (the default since torch 2.9) or "torchscript" (``dynamo=False``)."""
     if exporter not in EXPORTERS:
         raise DeployError(f"Unknown exporter {exporter!r}; choose from {', '.join(EXPORTERS)} "
                           "(dynamo: torch.onnx.export's default; torchscript: the older one, dynamo=False).")
     import_engine("onnx")
     if exporter == "dynamo":
-        try:
-            importlib.import_module("onnxscript")
-        except ImportError:
-            raise DeployError(
-                "torch.onnx.export's default exporter (dynamo=True, the default since torch 2.9) needs onnxscript, "
-                f"which is not installed in this environment. It is a pinned dependency of the course: run "
-                f"`make setup`, or `pip install {_PINS['onnxscript']}` in this environment (or choose the older "
-                "TorchScript exporter: exporter='torchscript', i.e. dynamo=False).") from None
+        import_engine("onnxscript")  # what the dynamo exporter needs (the TorchScript one does not)
         # dynamic_shapes: one entry per input of forward(); axis 0 of the first input varies, "batch" in the file
         how = {"dynamo": True, "dynamic_shapes": ({0: "batch"},) if dynamic_batch else None,
                "external_data": False, "verbose": False}
@@ -184,35 +166,34 @@ def _export_message(exc: Exception, opset: int, exporter: str = "dynamo") -> str
             "or keep this model in PyTorch (eager or torch.compile).")
 
 
+def _targets_for(device: str, cpu: str, gpus: list[str], no_gpu: str) -> list[str]:
+    """An engine's targets for ``device`` ('cpu', 'gpu' or 'auto': the CPU and its first GPU); ``no_gpu``: the error."""
+    if device == "gpu" and not gpus:
+        raise DeployError(no_gpu)
+    return {"cpu": [cpu], "gpu": gpus[:1]}.get(device, [cpu] + gpus[:1])
+
+
 def onnxruntime_providers(device: str) -> list[str]:
     """ONNX Runtime execution providers for ``device`` ('cpu', 'gpu' or 'auto')."""
-    ort = import_engine("onnxruntime")
-    present = ort.get_available_providers()
-    gpus = [p for p in GPU_PROVIDERS if p in present]
-    if device == "gpu" and not gpus:
-        raise DeployError(f"This ONNX Runtime build has no GPU execution provider (present: {', '.join(present)}). "
-                          "Install onnxruntime-gpu (NVIDIA), onnxruntime-directml (Windows) or "
-                          "onnxruntime-openvino (Intel), or use --device cpu.")
-    return {"cpu": ["CPUExecutionProvider"], "gpu": gpus[:1]}.get(device, ["CPUExecutionProvider"] + gpus[:1])
+    present = import_engine("onnxruntime").get_available_providers()
+    return _targets_for(device, "CPUExecutionProvider", [p for p in GPU_PROVIDERS if p in present],
+                        f"This ONNX Runtime build has no GPU execution provider (present: {', '.join(present)}). "
+                        "Install onnxruntime-gpu (NVIDIA), onnxruntime-directml (Windows) or "
+                        "onnxruntime-openvino (Intel), or use --device cpu.")
 
 
 def openvino_devices(device: str) -> list[str]:
     """OpenVINO device names for ``device`` ('cpu', 'gpu' or 'auto'): GPU only where an Intel GPU is seen."""
-    ov = import_engine("openvino")
-    present = ov.Core().available_devices
-    gpus = [d for d in present if d.startswith("GPU")]
-    if device == "gpu" and not gpus:
-        raise DeployError(f"OpenVINO sees no Intel GPU here (devices: {', '.join(present)}). Install Intel's GPU "
-                          "driver (compute runtime) on a machine with an Intel GPU, or use --device cpu.")
-    return {"cpu": ["CPU"], "gpu": gpus[:1]}.get(device, ["CPU"] + gpus[:1])
+    present = import_engine("openvino").Core().available_devices
+    return _targets_for(device, "CPU", [d for d in present if d.startswith("GPU")],
+                        f"OpenVINO sees no Intel GPU here (devices: {', '.join(present)}). Install Intel's GPU "
+                        "driver (compute runtime) on a machine with an Intel GPU, or use --device cpu.")
 
 
 def eager_devices(device: str) -> list[str]:
     """PyTorch devices for ``device`` ('cpu', 'gpu' or 'auto')."""
-    accel = [d for d in devices.available_devices() if d != "cpu"]
-    if device == "gpu" and not accel:
-        raise DeployError("PyTorch sees no GPU here (no cuda, xpu or mps); use --device cpu.")
-    return {"cpu": ["cpu"], "gpu": accel[:1]}.get(device, ["cpu"] + accel[:1])
+    return _targets_for(device, "cpu", [d for d in devices.available_devices() if d != "cpu"],
+                        "PyTorch sees no GPU here (no cuda, xpu or mps); use --device cpu.")
 
 
 Runner = Callable[[np.ndarray], np.ndarray]
@@ -258,12 +239,10 @@ def openvino_runner(onnx_path: str | Path, device: str, hint: str | None) -> tup
 
 
 def _ov_precision(value: Any) -> str:
+    """'bf16', 'f16' or 'f32' from OpenVINO's precision property (its text otherwise)."""
     text = str(value).lower()
-    for token, short in (("bf16", "bf16"), ("bfloat16", "bf16"), ("f16", "f16"), ("float16", "f16"),
-                         ("f32", "f32"), ("float32", "f32")):
-        if token in text:
-            return short
-    return text
+    found = re.search(r"bf16|bfloat16|f16|float16|f32|float32", text)  # the leftmost: bf16 before f16
+    return {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}.get(found[0], found[0]) if found else text
 
 
 def agreement(output: np.ndarray, reference: np.ndarray) -> tuple[float, float]:

@@ -1,11 +1,10 @@
-"""The tuner's levers: which apply to this model and machine (each skipped one with its reason), which change the
-training itself (a bigger batch: a hint, never the recommendation), the regime of ``helpers.diagnose`` each attacks
-(the diagnosis orders the trials) and a trial process's environment. No IPEX lever (docs/tools.md)."""
+"""The tuner's levers: which apply here (each skipped one with its reason), which change the training (a bigger
+batch), the ``helpers.diagnose`` regime each attacks, and a trial process's environment (docs/tools.md)."""
 
 from __future__ import annotations
 
 import shutil
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 import torch
 
@@ -14,6 +13,8 @@ from .trial import TuneError, Workload
 
 
 KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "compile")
+LABELS = {"threads": "threads={}", "omp": "omp:{}", "channels_last": "channels_last", "optimizer": "opt:{}",
+          "autocast": "{}", "batch": "batch x{}", "compile": "compile:{}"}  # a lever's part of a label
 CHANGES_TRAINING: tuple[str, ...] = ("batch",)  # a k-times batch takes k times fewer optimizer steps
 RETIRED = {"ipex": "IPEX is retired and needs torch 2.8, while this environment runs current PyTorch "
                    "(chapter 04 compares it with PyTorch's upstream replacements in an environment of its own)"}
@@ -35,29 +36,18 @@ def changes_training(levers: dict[str, Any]) -> bool:
 
 def label(levers: dict[str, Any]) -> str:
     """Short name of a set of levers, e.g. ``'bf16 + compile:default'`` (``'baseline'`` when empty)."""
-    if not levers:
-        return "baseline"
-    parts = []
-    for kind in KINDS:
-        if kind not in levers:
-            continue
-        value = levers[kind]
-        parts.append({"threads": f"threads={value}", "omp": f"omp:{value}", "channels_last": "channels_last",
-                      "optimizer": f"opt:{value}", "autocast": str(value),
-                      "batch": f"batch x{value}", "compile": f"compile:{value}"}[kind])
-    return " + ".join(parts)
+    return " + ".join(LABELS[kind].format(levers[kind]) for kind in KINDS if kind in levers) or "baseline"
 
 
 def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | None = None,
                 topo: system.Topology | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """``(candidates, skipped)``: the single levers worth trying here, cheapest first (compilation last), and
     ``{"levers", "label", "reason"}`` for each one skipped."""
-    retired = sorted(set(kinds or ()) & set(RETIRED))
-    if retired:
-        raise TuneError(f"no {retired[0]!r} lever: {RETIRED[retired[0]]}; choose from {', '.join(KINDS)}")
-    unknown = set(kinds or ()) - set(KINDS)
+    unknown = sorted(set(kinds or ()) - set(KINDS), key=lambda k: (k not in RETIRED, k))  # a retired lever first
     if unknown:
-        raise TuneError(f"unknown lever kind(s) {sorted(unknown)}; choose from {', '.join(KINDS)}")
+        first = unknown[0]
+        why = f"no {first!r} lever: {RETIRED[first]}" if first in RETIRED else f"unknown lever kind(s) {unknown}"
+        raise TuneError(f"{why}; choose from {', '.join(KINDS)}")
     wanted = set(kinds) if kinds else set(KINDS)
     cands: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
@@ -99,21 +89,17 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
     if "batch" in wanted:
         if work.batch_size >= 1 and work.input_dims >= 1:
             cands += [{"batch": 2}, {"batch": 4}]
-    if "compile" in wanted:
-        _plan_compile(device, cands, skip)
-    return cands, skipped
-
-
-def _plan_compile(device: torch.device, cands: list[dict[str, Any]], skip: Callable[..., None]) -> None:
-    if device.type == "cpu" and not (shutil.which("gcc") or shutil.which("g++") or shutil.which("cc")):
+    if "compile" in wanted and cpu and not (shutil.which("gcc") or shutil.which("g++") or shutil.which("cc")):
         skip({"compile": "default"}, "torch.compile on the CPU needs a C++ compiler (install gcc)")
-        return
-    cands.append({"compile": "default"})
-    if device.type == "cuda":
-        cands.append({"compile": "reduce-overhead"})
-    else:
-        skip({"compile": "reduce-overhead"}, "reduce-overhead adds CUDA graphs, which exist on CUDA only; elsewhere it equals default")
-    cands.append({"compile": "max-autotune"})
+    elif "compile" in wanted:
+        cands.append({"compile": "default"})
+        if device.type == "cuda":
+            cands.append({"compile": "reduce-overhead"})
+        else:
+            skip({"compile": "reduce-overhead"}, "reduce-overhead adds CUDA graphs, which exist on CUDA only; "
+                                                 "elsewhere it equals default")
+        cands.append({"compile": "max-autotune"})
+    return cands, skipped
 
 
 def child_env(levers: dict[str, Any], topo: system.Topology | None = None) -> dict[str, str]:

@@ -1,7 +1,5 @@
-"""What the tuner tells the reader (chapter 13), each sentence computed from the run's numbers: the diagnosis, the
-confirmation (a sentence and a table), the recommendation or why there is none, throughput hints, break-even steps,
-a line per trial; the trial table, the figure, the lines that apply the recommendation, result rows, ``tune.json``
-and the trials projected to another run length."""
+"""What the tuner tells the reader (chapter 13), each sentence computed from the run's numbers: the tables, the
+recommendation and the lines that apply it, the figure, result rows, ``tune.json`` and projections."""
 
 from __future__ import annotations
 
@@ -46,8 +44,12 @@ def confirmation_ran(report: dict[str, Any]) -> bool:
     return bool(conf.get("arms")) and int(conf.get("rounds") or 0) > 0
 
 
+def _span(v: dict[str, Any]) -> str:
+    return "-" if v.get("reason") else f"{v['low']:.2f}-{v['high']:.2f}"
+
+
 def _interval(v: dict[str, Any]) -> str:
-    return f"no interval: {v['reason']}" if v.get("reason") else f"95% interval {v['low']:.2f}-{v['high']:.2f}"
+    return f"no interval: {v['reason']}" if v.get("reason") else f"95% interval {_span(v)}"
 
 
 def confirmation_line(report: dict[str, Any]) -> str:
@@ -76,13 +78,10 @@ def confirmation_table(report: dict[str, Any]) -> Table:
                     f"totals for {report['planned_steps']} planned steps")
     disturbed = bool(conf.get("disturbed"))
     for arm in conf.get("arms") or []:
-        interval = "-" if arm.get("reason") else f"{arm['low']:.2f}-{arm['high']:.2f}"
-        t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], interval,
-              arm["word"], arm.get("warmup_s"), arm.get("step_ms"))
+        t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], _span(arm), arm["word"],
+              arm.get("warmup_s"), arm.get("step_ms"))
     if conf.get("aa"):
-        aa = conf["aa"]
-        t.add(AA, "check", None, aa["ratio"], "-" if aa.get("reason") else f"{aa['low']:.2f}-{aa['high']:.2f}",
-              aa["word"], None, None)
+        t.add(AA, "check", None, conf["aa"]["ratio"], _span(conf["aa"]), conf["aa"]["word"], None, None)
     for arm in conf.get("left_out") or []:
         trial = next((x for x in report["trials"] if x["label"] == arm["label"]), {})
         t.add(arm["label"], arm.get("role", "-"), trial.get("speedup"), None, "-",
@@ -290,22 +289,17 @@ def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "A
 def summary(report: dict[str, Any]) -> str:
     """The trial table, the confirmation, the recommendation beside the diagnosis, and the lines to apply it."""
     best = report["best"]
-    lines = [str(table(report, with_confirmation=False)), ""]
-    for s in report["skipped"]:
-        lines.append(f"skipped {s['label']}: {s['reason']}")
+    lines = [str(table(report, with_confirmation=False)), "", *(f"skipped {s['label']}: {s['reason']}"
+                                                                 for s in report["skipped"])]
     by_budget = sum(str(s["reason"]).startswith("budget") for s in report["skipped"])
     if by_budget:
         lines.append(f"{by_budget} lever setting(s) skipped for lack of budget: give --budget more seconds to try them.")
     conf = report.get("confirmation") or {}
     if conf.get("arms") or conf.get("left_out"):
         lines += ["", str(confirmation_table(report))]
-    lines.append("")
-    lines.append(confirmation_line(report))
-    if busy_note(report):
-        lines.append(busy_note(report))
-    lines.append(recommendation_line(report))
-    lines += diagnosis_lines(report)
-    lines += hint_lines(report)
+    note = busy_note(report)
+    lines += ["", confirmation_line(report), *([note] if note else []), recommendation_line(report)]
+    lines += diagnosis_lines(report) + hint_lines(report)
     if not best["levers"]:
         return "\n".join(lines)
     how = apply_lines(best["levers"], report["device"], report.get("optimizer") or "Adam")

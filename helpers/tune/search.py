@@ -1,8 +1,7 @@
 """Tune your own model (chapter 13, ``make tune``): ``python -m helpers.tune --model FILE.py:FUNC --out DIR``.
 
-Within a time budget, each lever runs alone in a new trial process (the levers that attack the regime the
-baseline's diagnosis names first), the winners are combined greedily, and interleaved rounds in new processes
-(``variants.fresh_process_rounds``) confirm before anything is recommended. The method is in docs/tools.md."""
+Single levers in new processes within a budget, the winners combined greedily, then interleaved rounds confirm
+before anything is recommended; the method is in docs/tools.md."""
 
 from __future__ import annotations
 
@@ -71,7 +70,6 @@ def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: in
                  batch_size=raw.get("batch_size"), threads=raw.get("threads"),
                  total_s=raw["warmup_s"] + raw["step_ms"] / 1000 * steps_left,
                  totals_s=[raw["warmup_s"] + s / 1000 * steps_left for s in raw["samples_ms"]])
-    trial["spread_total_s"] = (max(trial["totals_s"]) - min(trial["totals_s"])) if trial["totals_s"] else 0.0
     ref = base_raw or raw
     scale = max(abs(ref["first_loss"]), 1e-12)
     trial["loss_diff"] = abs(raw["guard_loss"] - ref["guard_loss"]) / scale
@@ -107,8 +105,7 @@ class _Search:
                         bar_format="{desc}: {n:.0f}/{total:.0f} s of budget |{bar}| {postfix}")
 
     def kept(self, reserve: bool = True) -> float:
-        """Seconds kept back from trials: for the report and, with ``reserve``, the fewest confirmation rounds
-        that give one setting as costly as the baseline a verdict."""
+        """Seconds kept back for the report and (``reserve``) a verdict on one setting as costly as the baseline."""
         kept = REPORT_RESERVE_S
         if reserve and self.base_raw is not None and self.confirm_rounds:
             kept += min(self.confirm_rounds, measure.MIN_ROUNDS) * (2 * self.base_trial_s() + self.startup_s(2))
@@ -142,8 +139,7 @@ class _Search:
         return base is not None and any(is_winner(base, t) or is_near_miss(base, t) for t in self.trials[1:])
 
     def run(self, levers: dict[str, Any], stage: str) -> dict[str, Any] | None:
-        """Measure one set of levers if the budget holds it (the confirmation's reserve too while nothing is
-        nominated); None, recorded as skipped, otherwise."""
+        """Measure one set of levers if the budget holds it; None, recorded as skipped, otherwise."""
         left = self.left()
         est = self.estimate(levers) if self.base_raw is not None else left
         borrowed = est > left and self.base_raw is not None and not self.candidate_found()
@@ -197,17 +193,12 @@ def is_near_miss(base: dict[str, Any], trial: dict[str, Any]) -> bool:
 
 
 def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The greedy combination's trial: the best winner, each next winner (best per kind, no batch) kept only when
-    again ``MIN_GAIN`` faster; None without winners."""
-    base = search.trials[0]
-    best_per_kind: dict[str, dict[str, Any]] = {}
-    for t in singles:
-        kind = next(iter(t["levers"]))
-        if changes_training(t["levers"]) or not is_winner(base, t):
-            continue
-        if kind not in best_per_kind or t["total_s"] < best_per_kind[kind]["total_s"]:
-            best_per_kind[kind] = t
-    winners = sorted(best_per_kind.values(), key=lambda t: t["total_s"])
+    """The greedy combination of the winners (best per kind, no batch); None without winners."""
+    best_per_kind: dict[str, dict[str, Any]] = {}  # fastest first, so the first of each kind is its best
+    for t in sorted(singles, key=lambda t: t["total_s"] if t["ok"] else math.inf):
+        if is_winner(search.trials[0], t) and not changes_training(t["levers"]):
+            best_per_kind.setdefault(next(iter(t["levers"])), t)
+    winners = list(best_per_kind.values())
     if not winners:
         return None
     current = winners[0]
@@ -219,21 +210,20 @@ def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] |
 
 
 def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any] | None, rounds: int) -> dict[str, Any]:
-    """The best few ``winners`` the budget holds, measured again against the baseline (``measure_arms``), with
-    ``"left_out"``: the arms the budget or ``MAX_ARMS`` kept out."""
+    """The best few ``winners`` the budget holds measured again (``measure_arms``), with those ``"left_out"``."""
     kept_levers = kept["levers"] if kept else None
     arms = order_arms(winners, kept_levers)
     if rounds < 1:
         return {"word": "not confirmed", "rounds": 0, "reason": "confirmation turned off (confirm_rounds=0)",
                 "left_out": [{"label": a["label"], "levers": a["levers"], "reason": "confirmation turned off",
-                              "role": arm_role(a, kept_levers)} for a in arms]}
+                              "role": role(a, kept_levers)} for a in arms]}
     base_s = search.base_trial_s()
     chosen, left_out, afford = fit_arms(arms, base_s, search.left(reserve=False), rounds, startup=search.startup_s)
-    roles = {a["label"]: arm_role(a, kept_levers) for a in arms}
+    roles = {a["label"]: role(a, kept_levers) for a in arms}
     for x in left_out:
         x["role"] = roles[x["label"]]
     if not chosen:
-        first = round_s(arms[:1], base_s) + search.startup_s(process_count(arms[:1]))
+        first = round_s(arms[:1], base_s, search.startup_s)
         return {"word": "not confirmed", "rounds": 0, "left_out": left_out,
                 "reason": f"the budget left room for {max(int(search.left(reserve=False) // first), 0)} confirmation "
                           f"rounds; a verdict needs {measure.MIN_ROUNDS} (about {first * measure.MIN_ROUNDS:.0f} s): "
@@ -246,7 +236,7 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
 
     search.bar.set_postfix_str(f"confirming {len(chosen)} setting(s)")
     # a disturbed comparison (its A/A arm got a verdict) is measured again only as often as the budget holds
-    passes = int(search.left(reserve=False) // (afford * (per_round + search.startup_s(process_count(chosen)))))
+    passes = int(search.left(reserve=False) // (afford * round_s(chosen, base_s, search.startup_s)))
     record = measure_arms(chosen, search.request, rounds=afford, kept=kept_levers, timeout=max(30.0, 3 * per_round),
                           total=total, attempts=None if passes >= measure.AA_ATTEMPTS else max(1, passes),
                           runner=None if search.runner is subprocess_runner else search.runner)
@@ -259,9 +249,8 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
          guard_steps: int = 10, repeats: int = 3, block_s: float = 0.25, seed: int = 0,
          runner: Runner | None = None, progress: bool = True, chapter: str = "tune",
          started: float | None = None, confirm_rounds: int | None = None, diagnose: bool = True) -> dict[str, Any]:
-    """Search the levers for ``model`` (``FILE.py:FUNC``); the tune.json report, also written to ``out``. ``kinds``: a
-    subset of ``KINDS``; ``runner``: trials in this process (tests); ``started``: the ``time.perf_counter()`` the budget
-    counts from; ``diagnose=False`` keeps the plan's order. Raises TuneError for what the reader has to fix."""
+    """Search the levers for ``model`` (``FILE.py:FUNC``); the tune.json report, also written to ``out``.
+    ``runner``: trials in this process (tests); ``started``: the ``time.perf_counter()`` the budget counts from."""
     started = time.perf_counter() if started is None else started
     if planned_steps < 1 or budget <= 0 or guard_steps < 2 or repeats < 1:
         raise TuneError("planned_steps and budget must be positive, guard_steps >= 2 and repeats >= 1")
@@ -304,7 +293,12 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     front = kept if kept is not None else (near[0] if near else None)
     reason = ONLY_HINTS_REASON if winners else NO_CANDIDATE_REASON
     best = recommend(confirmation, base["total_s"], front, reason, _unmeasured(search, cands, confirmation))
-    report = {**_report(search, model, dev, planned_steps, budget, kinds, confirmation, best), "diagnosis": diagnosis}
+    report = {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
+              "planned_steps": planned_steps, "budget_s": budget, "elapsed_s": round(time.perf_counter() - started, 1),
+              "guard_steps": guard_steps, "loss_tol": loss_tol, "kinds": list(kinds or KINDS),
+              "torch": torch.__version__, "optimizer": search.base_raw.get("optimizer"),
+              "logical_cores": os.cpu_count(), "baseline": base, "trials": search.trials, "skipped": search.skipped,
+              "confirmation": confirmation, "best": best, "diagnosis": diagnosis}
     if out is not None:
         tune_report.write_outputs(report, Path(out), chapter=chapter)
     return report
@@ -318,67 +312,41 @@ def _unmeasured(search: _Search, cands: list[dict[str, Any]], confirmation: dict
     return len({x["label"] for x in left}), len(labels)
 
 
-def _report(search: _Search, model: str, dev: torch.device, planned_steps: int, budget: float,
-            kinds: Sequence[str] | None, confirmation: dict[str, Any], best: dict[str, Any]) -> dict[str, Any]:
-    return {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
-            "planned_steps": planned_steps, "budget_s": budget,
-            "elapsed_s": round(time.perf_counter() - search.start, 1),
-            "guard_steps": search.request["guard_steps"], "loss_tol": search.loss_tol,
-            "kinds": list(kinds) if kinds else list(KINDS), "torch": torch.__version__,
-            "optimizer": search.base_raw.get("optimizer") if search.base_raw else None,
-            "logical_cores": os.cpu_count(),
-            "baseline": search.trials[0], "trials": search.trials, "skipped": search.skipped,
-            "confirmation": confirmation, "best": best}
-
-
-def role(levers: dict[str, Any], kept: dict[str, Any] | None, near_miss: bool = False) -> str:
-    """``hint`` (changes the training), ``candidate`` (in the kept combination, or a single near miss) or
+def role(trial: dict[str, Any], kept: dict[str, Any] | None) -> str:
+    """``hint`` (changes the training), ``candidate`` (in the ``kept`` combination, or a single near miss) or
     ``not kept`` (the combination step dropped it)."""
+    levers = trial["levers"]
     if changes_training(levers):
         return "hint"
-    kept = kept or {}
-    if near_miss and len(levers) == 1:
-        return "candidate"
-    return "candidate" if levers and all(kept.get(k) == v for k, v in levers.items()) else "not kept"
-
-
-def arm_role(trial: dict[str, Any], kept: dict[str, Any] | None) -> str:
-    """``role`` of a search trial sent to confirmation (its ``near_miss`` mark included)."""
-    return role(trial["levers"], kept, bool(trial.get("near_miss")))
+    in_kept = bool(levers) and all((kept or {}).get(k) == v for k, v in levers.items())
+    return "candidate" if in_kept or (trial.get("near_miss") and len(levers) == 1) else "not kept"
 
 
 def order_arms(winners: Sequence[dict[str, Any]], kept: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The trials to confirm (winners and near misses), once each: candidates first, then by projected total."""
-    seen: set[str] = set()
-    arms = []
+    arms: dict[str, dict[str, Any]] = {}
     for t in winners:
-        if t["label"] not in seen:
-            seen.add(t["label"])
-            arms.append(t)
-    return sorted(arms, key=lambda t: (arm_role(t, kept) != "candidate", t["total_s"]))
+        arms.setdefault(t["label"], t)
+    return sorted(arms.values(), key=lambda t: (role(t, kept) != "candidate", t["total_s"]))
 
 
-def round_s(arms: Sequence[dict[str, Any]], base_s: float) -> float:
-    """Seconds one round's trials take (the baseline, each arm, the A/A arm from two arms on), start-up not counted."""
-    return base_s * (2 if len(arms) >= 2 else 1) + sum(float(a.get("child_s") or a.get("wall_s") or base_s)
-                                                        for a in arms)
-
-
-def process_count(arms: Sequence[dict[str, Any]]) -> int:
-    """Child processes a confirmation of ``arms`` starts: the baseline, each arm, the A/A arm with two or more."""
-    return 1 + len(arms) + (1 if len(arms) >= 2 else 0)
+def round_s(arms: Sequence[dict[str, Any]], base_s: float, startup: Callable[[int], float] = lambda n: 0.0) -> float:
+    """Seconds one round's trials take (the baseline, each arm, the A/A arm from two arms on) plus ``startup(n)``,
+    the seconds their n processes take to start side by side."""
+    aa = len(arms) >= 2
+    trials = sum(float(a.get("child_s") or a.get("wall_s") or base_s) for a in arms)
+    return base_s * (1 + aa) + trials + startup(1 + len(arms) + aa)
 
 
 def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, rounds: int,
              startup: Callable[[int], float] = lambda n: 0.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """``(chosen, left_out, rounds)``: the best few arms ``left_s`` seconds hold (at most ``MAX_ARMS``; the first
-    needs the fewest rounds that give a verdict, each further one all ``rounds``). ``startup(n)``: seconds ``n``
-    processes take to start side by side, paid every round."""
+    needs the fewest rounds that give a verdict, each further one all ``rounds``); ``startup``: see ``round_s``."""
     chosen: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
 
     def afford(trial: Sequence[dict[str, Any]]) -> tuple[int, float]:
-        per = round_s(trial, base_s) + startup(process_count(trial))
+        per = round_s(trial, base_s, startup)
         return (int(left_s // per) if per > 0 else rounds), per
 
     for arm in arms:
@@ -428,7 +396,7 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     out = []
     for a in arms:
         v = _verdict(got.verdict(a["label"], "baseline"))
-        out.append({"label": a["label"], "levers": dict(a["levers"]), "role": arm_role(a, kept),
+        out.append({"label": a["label"], "levers": dict(a["levers"]), "role": role(a, kept),
                     "search_speedup": a.get("speedup"), **v, "totals_s": list(got.samples[a["label"]]),
                     **got.result(a["label"]).metrics})
     base = got.result("baseline").metrics
@@ -447,17 +415,14 @@ def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, 
     faster = [a for a in arms if a["role"] == "candidate" and a["word"] == "faster" and not disturbed]
     if faster:
         top = max(faster, key=lambda a: a["ratio"])
-        pick = top
-        for a in sorted(faster, key=lambda a: (len(a["levers"]), -a["ratio"])):
-            if a is top or measure.verdict(a["totals_s"], top["totals_s"]).word != "faster":
-                pick = a
+        for pick in sorted(faster, key=lambda a: (len(a["levers"]), -a["ratio"])):  # ends at ``top`` at the latest
+            v = None if pick is top else measure.verdict(pick["totals_s"], top["totals_s"])
+            if v is None or v.word != "faster":
                 break
         best = {"label": pick["label"], "levers": dict(pick["levers"]), "speedup": pick["ratio"],
                 "total_s": base_total / pick["ratio"], "confirmed": _record(pick, confirmation)}
-        if pick is not top:
-            v = measure.verdict(pick["totals_s"], top["totals_s"])
-            best["fewer_levers"] = {"over": top["label"], "ratio": v.ratio, "low": v.low, "high": v.high,
-                                    "word": v.word, "rounds": v.rounds}
+        if v is not None:
+            best["fewer_levers"] = {"over": top["label"], **_verdict(v)}
         return best
     measured = {a["label"]: a for a in arms}
     if front is None:
@@ -490,18 +455,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, xpu, mps (default auto)")
     p.add_argument("--planned-steps", type=int, default=1000, help="training steps you plan to run (default 1000)")
     p.add_argument("--budget", type=float, default=300, help="seconds the whole search may take (default 300)")
-    p.add_argument("--levers", default="", help=f"comma-separated subset of {','.join(KINDS)} (default all)")
-    p.add_argument("--loss-tol", type=float, default=0.05, help="accuracy guard, fraction of the starting loss (0.05)")
     p.add_argument("--out", required=True, help="folder for tune.json, rows.jsonl and tune.png")
     args = p.parse_args(argv)
-    kinds = [k.strip() for k in args.levers.split(",") if k.strip()] or None
     # The budget counts from the start of this process (importing torch is part of the wait).
     import psutil  # noqa: PLC0415
 
     started = time.perf_counter() - max(0.0, time.time() - psutil.Process().create_time())
     try:
         report = tune(args.model, device=args.device, planned_steps=args.planned_steps, budget=args.budget,
-                      out=args.out, kinds=kinds, loss_tol=args.loss_tol, started=started)
+                      out=args.out, started=started)
     except TuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,10 +1,8 @@
-"""One tuner trial (``python -m helpers.tune.trial``, a ``helpers.processes`` worker): each request trains a fresh
-seeded copy of the reader's model (``FILE.py:FUNC``) with some levers and answers its step times and guard
-losses; the baseline's request also asks for the diagnosis. FUNC's contract is in docs/tools.md."""
+"""One tuner trial (``python -m helpers.tune.trial``, a ``helpers.processes`` worker): a fresh seeded copy of the
+reader's model (``FILE.py:FUNC``, contract in docs/tools.md) trained with some levers, timed and loss-checked."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import inspect
 import math
@@ -26,6 +24,7 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
 from .. import devices  # noqa: E402
+from ..measure import time_fn  # noqa: E402
 from ..seeds import set_seed  # noqa: E402
 from ..step import train_step  # noqa: E402
 
@@ -65,31 +64,25 @@ _USAGE = ("Name the model as FILE.py:FUNC (e.g. notebooks/examples/tabular_mlp.p
 
 
 def load_function(spec: str) -> Callable[[], Any]:
-    """The function named by ``FILE.py:FUNC`` or ``package.module:FUNC``; ModelSpecError otherwise."""
+    """The function named by ``FILE.py:FUNC``; ModelSpecError otherwise."""
     if not isinstance(spec, str) or spec.count(":") < 1:
         raise ModelSpecError(f"{spec!r} has no ':FUNC' part. {_USAGE}")
     where, func_name = spec.rsplit(":", 1)
     if not where or not func_name.isidentifier():
         raise ModelSpecError(f"{spec!r} is not FILE.py:FUNC. {_USAGE}")
-    if where.endswith(".py") or "/" in where or "\\" in where:
-        path = Path(where)
-        if not path.is_file():
-            raise ModelSpecError(f"model file {where!r} does not exist (looked from {Path.cwd().name}/). {_USAGE}")
-        mod_name = f"_tune_model_{path.stem}"
-        module_spec = importlib.util.spec_from_file_location(mod_name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise ModelSpecError(f"cannot import {where!r} as Python. {_USAGE}")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            raise ModelSpecError(f"importing {where!r} failed: {type(exc).__name__}: {exc}") from exc
-    else:
-        try:
-            module = importlib.import_module(where)
-        except ImportError as exc:
-            raise ModelSpecError(f"cannot import module {where!r} ({exc}). {_USAGE}") from exc
+    path = Path(where)
+    if not path.is_file():
+        raise ModelSpecError(f"model file {where!r} does not exist (looked from {Path.cwd().name}/). {_USAGE}")
+    mod_name = f"_tune_model_{path.stem}"
+    module_spec = importlib.util.spec_from_file_location(mod_name, path)
+    if module_spec is None or module_spec.loader is None:
+        raise ModelSpecError(f"cannot import {where!r} as Python. {_USAGE}")
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
+    try:
+        module_spec.loader.exec_module(module)
+    except Exception as exc:
+        raise ModelSpecError(f"importing {where!r} failed: {type(exc).__name__}: {exc}") from exc
     func = getattr(module, func_name, None)
     if not callable(func):
         raise ModelSpecError(f"{where!r} has no function {func_name!r}. {_USAGE}")
@@ -143,18 +136,13 @@ def _rebuild_optimizer(opt: torch.optim.Optimizer, kind: str) -> torch.optim.Opt
 
 
 def _timed(fn: Callable[[], Any], device: torch.device) -> float:
-    devices.synchronize(device)
-    start = time.perf_counter()
-    fn()
-    devices.synchronize(device)
-    return time.perf_counter() - start
+    return time_fn(fn, repeats=1, warmup=0, device=device).samples[0]
 
 
 def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_steps: int = 10,
               repeats: int = 3, block_s: float = 0.25, seed: int = 0) -> dict[str, Any]:
-    """Train a fresh seeded copy of the model with ``levers`` and time it here: the first ``guard_steps`` steps are the
-    warm-up, one block (compilation; the last one's loss is the accuracy guard), then ``repeats`` blocks of about
-    ``block_s`` seconds give the steady step time."""
+    """Train a fresh seeded copy of the model with ``levers``: ``guard_steps`` steps timed as one warm-up block (the
+    last loss is the accuracy guard), then ``repeats`` blocks of about ``block_s`` seconds give the step time."""
     dev = devices.get_device(device)
     if levers.get("threads"):
         torch.set_num_threads(int(levers["threads"]))
@@ -222,10 +210,8 @@ def short_error(exc: BaseException) -> str:
 
 def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
     """The regime split of one step of a fresh seeded model (``helpers.diagnose``), as plain data."""
-    try:
-        from .. import diagnose  # noqa: PLC0415  (the tuner's one use of it)
-    except ImportError as exc:
-        return {"error": f"no diagnosis: helpers.diagnose cannot be imported ({exc}); trials keep the plan's order"}
+    from .. import diagnose  # noqa: PLC0415  (the tuner's one use of it)
+
     dev = devices.get_device(device)
     work = load_workload(spec, seed)
     model = work.model.to(dev)

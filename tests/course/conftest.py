@@ -13,7 +13,7 @@ def _fake_facts(**over):
         "fingerprint": {"cpu_model": "Fake CPU", "sockets": 1, "physical_cores": 4, "logical_cores": 8,
                         "numa_nodes": 1, "openmp": ["libgomp.so.1"], "versions": {"nni": "3.0", "torch-pruning": "1.6.1"}},
         "isa": {"avx2": True, "avx512": False, "native_bf16": False, "amx": False},
-        "devices": [{"name": "cpu", "description": "cpu"}], "accelerators": [],
+        "devices": [],
         "compiler": {"cxx_env": None, "cxx": "/usr/bin/g++", "runs": True, "version": "g++ 12.2.0", "include": "/inc",
                      "python_h": True, "python": "3.11"},
         "platform": {"system": "Linux", "machine": "x86_64", "macos": None, "wsl": False, "left_out": [],
@@ -24,13 +24,13 @@ def _fake_facts(**over):
         "imports": {"nni": None, "torch_pruning": None},
         "allocators": {"jemalloc": None, "tcmalloc": None}, "mpirun": (None, None), "kernel": {"same_env": True},
         "datasets": {"source": "standin", "cached": {"cifar10": False}, "online": None},
-        "memory": {"available": 8 * 2**30, "total": 16 * 2**30}, "disk": {"results": 100 * 2**30}, "parity": [],
+        "memory": {"available": 8 * 2**30, "total": 16 * 2**30}, "disk": {"results": 100 * 2**30},
     }
     facts.update(over)
     return facts
 
 
-#: What ``platform_facts`` says on the other platforms the course installs on (the pins' markers decide
+#: What ``gather`` says of the platform on the other platforms the course installs on (the pins' markers decide
 #: ``left_out``; test_doctor.py checks these lists against the installed metadata).
 FAKE_PLATFORMS = {
     "Linux aarch64": {"system": "Linux", "machine": "aarch64", "macos": None, "wsl": False,

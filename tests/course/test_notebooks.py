@@ -112,22 +112,19 @@ def test_total_and_optional_parts_from_execution_times():
                   md("## Back to the lesson"), code(15),
                   code(60, "if RUN_OPTIONAL:\n    heavy()"), code(None))
     t = notebooks.measure_notebook(nb)
-    assert t.timed_cells == 5
-    assert t.total_s == pytest.approx(315.5)
-    assert t.optional_s == pytest.approx(180)
-    assert t.about_minutes == 3  # 135.5 s = 2.3 min, rounded up
+    assert t.measured == pytest.approx(315.5 / 60)
+    assert t.optional == pytest.approx(3.0)
+    assert t.compute == 3  # 135.5 s = 2.3 min, rounded up
 
 
 def test_optional_flag_counts_only_near_the_top_of_a_cell():
     late = "x = 1\n" * 60 + "if RUN_OPTIONAL:\n    pass"
-    assert notebooks.measure_notebook(notebook(code(60, late))).optional_s == 0
+    assert notebooks.measure_notebook(notebook(code(60, late))).optional == 0
 
 
-def test_about_minutes_is_at_least_one():
-    assert notebooks.ChapterTime(10.0, 0.0, 1).about_minutes == 1
-    assert notebooks.ChapterTime(300.0, 0.0, 1).about_minutes == 5
-    assert notebooks.ChapterTime(302.0, 0.0, 1).about_minutes == 5  # 5.03 min reads 5.0
-    assert notebooks.ChapterTime(310.0, 0.0, 1).about_minutes == 6
+@pytest.mark.parametrize("seconds,minutes", [(10.0, 1), (300.0, 5), (302.0, 5), (310.0, 6)])  # 5.03 min reads 5.0
+def test_compute_minutes_are_rounded_up_and_at_least_one(seconds, minutes):
+    assert notebooks.measure_notebook(notebook(code(seconds))).compute == minutes
 
 
 def table_output(note):
@@ -147,7 +144,7 @@ def test_re_run_rounds_are_counted_once_per_output():
     assert t.disturbed.startswith("3 round(s) that other processes disturbed were measured again")
     assert notebooks.measure_notebook(notebook(quiet)).disturbed == "no round was disturbed"
     assert notebooks.rewrite_sentence(OPENING, t).endswith("as the tables' notes say).")
-    back = notebooks.rewrite_sentence(notebooks.rewrite_sentence(OPENING, t), notebooks.ChapterTime(462, 0, 1, reading_min=25))  # 7.7 min: about 8
+    back = notebooks.rewrite_sentence(notebooks.rewrite_sentence(OPENING, t), notebooks.ChapterTime(25, 8, 462 / 60))
     assert back == OPENING.replace("about 9 min", "about 8 min")
 
 
@@ -157,7 +154,7 @@ def test_a_notebook_never_executed_is_refused():
 
 
 def test_rewrite_sentence_replaces_the_numbers_only():
-    t = notebooks.ChapterTime(200.0, 0.0, 3, reading_min=25)
+    t = notebooks.ChapterTime(25, 4, 200 / 60)
     out = notebooks.rewrite_sentence(OPENING, t)
     assert "about 4 min of compute" in out and "(3.3 min measured for the committed run" in out
     assert out.replace("about 4 min", "about 9 min").replace("3.3 min", "7.7 min") == OPENING
@@ -168,7 +165,7 @@ def test_rewrite_sentence_replaces_the_numbers_only():
 @pytest.mark.parametrize("text", ["no sentence here", OPENING + " " + OPENING])
 def test_rewrite_sentence_needs_exactly_one_sentence(text):
     with pytest.raises(ValueError, match="once"):
-        notebooks.rewrite_sentence(text, notebooks.ChapterTime(60.0, 0.0, 1))
+        notebooks.rewrite_sentence(text, notebooks.ChapterTime(0, 1, 1.0))
 
 
 def test_reading_minutes_count_words_printed_words_and_code_lines_outside_optional_parts():
@@ -188,18 +185,21 @@ def test_reading_minutes_count_words_printed_words_and_code_lines_outside_option
     assert notebooks.reading_minutes(nb) == pytest.approx(expected)
     assert notebooks.words("a 42 ok |---| x1") == 1 and notebooks.words("don't e.g. T4 x1y2") == 3
     t = notebooks.measure_notebook(nb)
-    assert t.reading_min == math.ceil(expected) and f"about {math.ceil(expected)} min reading" in notebooks.rewrite_sentence(OPENING, t)
+    assert t.reading == math.ceil(expected) and f"about {math.ceil(expected)} min reading" in notebooks.rewrite_sentence(OPENING, t)
 
 
 def test_update_rewrites_the_file_and_check_only_reports(tmp_path, capsys):
     path = tmp_path / "01_x.ipynb"
     path.write_text(json.dumps(notebook(code(100), code(50))))
-    assert notebooks.main(["time", "--check", str(path)]) == 1
-    assert "about 9 min" in path.read_text()
-    assert notebooks.main(["time", str(path)]) == 0
+    assert notebooks.update(path, check=True)[1] and "about 9 min" in path.read_text()
+    guide = tmp_path / "README.md"
+    guide.write_text("| 01 | [x](01_x.ipynb) | does x | 99 | 9.9 (measured) | CPU |\n")
+    assert notebooks.main(["time", str(path), "--readme", str(guide)]) == 0
     assert "about 3 min of compute" in path.read_text() and "(2.5 min measured" in path.read_text()
-    assert notebooks.main(["time", "--check", str(path)]) == 0
-    assert "up to date" in capsys.readouterr().out
+    assert guide.read_text() == "| 01 | [x](01_x.ipynb) | does x | 1 | 2.5 (measured) | CPU |\n"
+    assert not notebooks.update(path, check=True)[1]
+    assert notebooks.main(["time", str(path), "--readme", str(guide)]) == 0
+    assert capsys.readouterr().out.count("up to date") == 2
 
 
 def test_main_gives_one_line_for_a_bad_notebook(tmp_path, capsys):
@@ -243,13 +243,12 @@ GUIDE = """| # | chapter | after it | read min | compute min | hardware |
 def test_stated_minutes_read_the_sentence():
     got = notebooks.stated_minutes(notebook(opening=OPENING + " the optional parts took 2.5 min of it"))
     assert (got.reading, got.compute, got.measured, got.optional) == (25, 9, 7.7, 2.5)
-    assert got.block == 35  # 25 + 9 rounded up to 5
     with pytest.raises(ValueError, match="states no"):
         notebooks.stated_minutes(notebook(opening="**Time:** soon"))
 
 
 def test_render_guide_rewrites_minutes_and_plans():
-    minutes = {"01": notebooks.StatedMinutes(26, 2, 1.6), "02": notebooks.StatedMinutes(24, 5, 6.1, 1.5)}
+    minutes = {"01": notebooks.ChapterTime(26, 2, 1.6), "02": notebooks.ChapterTime(24, 5, 6.1, 1.5)}
     out = notebooks.render_guide(GUIDE, minutes)
     assert "| 01 | [a](01_a.ipynb) | does a | 26 | 1.6 (measured) | CPU |" in out
     assert "| 02 | [b](02_b.ipynb) | does b | 24 | 6.1 (measured; 1.5 of it optional) | CPU |" in out
@@ -261,7 +260,7 @@ def test_render_guide_rewrites_minutes_and_plans():
 
 def test_render_guide_rewrites_a_front_page_minutes_column():
     front = "| 01 | [a](x.ipynb) | measures a | 45+2 | CPU |\n| 00 | [s](s.ipynb) | setup | <1 | any |\n"
-    out = notebooks.render_guide(front, {"01": notebooks.StatedMinutes(26, 3, 2.4)})
+    out = notebooks.render_guide(front, {"01": notebooks.ChapterTime(26, 3, 2.4)})
     assert out == "| 01 | [a](x.ipynb) | measures a | 26+3 | CPU |\n| 00 | [s](s.ipynb) | setup | <1 | any |\n"
 
 
@@ -290,5 +289,5 @@ def test_a_run_with_the_optional_parts_off_says_so():
     with_optional = OPENING.replace("; no round", "; the optional parts took 1.0 min of it; no round")
     out = notebooks.rewrite_sentence(with_optional, t)
     assert "the optional parts did not run in it (COURSE_OPTIONAL=0)" in out and "took" not in out
-    assert notebooks.rewrite_sentence(out, notebooks.ChapterTime(60.0, 6.0, 2)).count("the optional parts took 0.1 min of it") == 1
+    assert notebooks.rewrite_sentence(out, notebooks.ChapterTime(0, 1, 1.0, 0.1)).count("the optional parts took 0.1 min of it") == 1
     assert notebooks.measure_notebook(notebook(code(30))).optional_ran

@@ -46,7 +46,7 @@ def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch, fingerpri
                             data="none")
     results.write_rows(new, root / "new" / results.ROWS_FILE)
     results.write_rows(old, root / results.ROWS_FILE)  # notebooks' running file: newest, but not a run
-    assert workshop.latest_rows_file(root) == root / "new" / results.ROWS_FILE
+    assert workshop.rows_file(None, root) == root / "new" / results.ROWS_FILE
     target, payload = workshop.submit(root=root)
     assert target.parent == root and target.name.startswith("submission-")
     text = target.read_text()
@@ -141,13 +141,14 @@ def test_pool_three_synthetic_submissions_and_a_real_smoke_run(tmp_path, monkeyp
         assert label in text
     assert "### 01 / toy_sum: call_time (smoke profile)" in text  # the real run's lever
     assert "### 02 / batch_size: epoch_time (workshop profile)" in text
-    lever = next(lv for lv in workshop.levers_of(rows) if lv.key == ("02", "batch_size", "epoch_time", "s", "workshop"))
+    lever = next(lv for lv in workshop.levers_of(rows)
+                 if lv.title() == "02 / batch_size: epoch_time (workshop profile)")
     assert lever.published == {"b32": 1.0, "b256": 2.5}
     cells = {m: lever.cells[(m, "b256")] for m, _ in lever.cells if _ == "b256"}
     assert sorted(round(c.ratio, 3) for c in cells.values()) == [1.053, 2.0, 4.0]
     noisy = cells["3" * 16]
-    assert noisy.unclear and noisy.verdict == "no measurable difference"  # the verdict does not call it
-    assert not cells["1" * 16].unclear and cells["1" * 16].verdict == "faster"
+    assert noisy.unclear and noisy.ratio_low < 1 < noisy.ratio_high  # the verdict does not call it
+    assert not cells["1" * 16].unclear and cells["1" * 16].ratio_low > 1.02  # faster
     assert "1.053 ~" in text and "2.500" in text  # measured beside published
     assert len(list((tmp_path / "P" / "figures").glob("*.png"))) == 3
     # deterministic: the order of the inputs does not change a byte
@@ -166,8 +167,8 @@ def test_repeated_submissions_from_one_machine_merge(tmp_path, synthetic_rows, w
     assert len(machines) == 1 and len(next(iter(machines.values())).runs) == 2
     lever = workshop.levers_of(rows)[1]  # epoch_time sorts after accuracy
     cell = lever.cells[("1" * 16, "b256")]
-    assert cell.runs == 2 and cell.repeats == 16 and cell.median == pytest.approx(0.9)
-    assert cell.verdict == "faster" and len(cell.values) == 16  # two runs of 8 paired rounds, judged together
+    assert cell.median == pytest.approx(0.9)  # the median of the two runs' medians
+    assert not cell.unclear and len(cell.values) == 16  # two runs of 8 paired rounds, judged together
     assert cell.min == pytest.approx(0.8 * 0.98) and cell.max == pytest.approx(1.02)
     text = workshop.write_index(rows, tmp_path / "P").read_text()
     assert "| 2 |" in text.split("## Comparisons")[0]  # runs merged column
@@ -214,7 +215,7 @@ def test_machine_and_lever_tables_and_the_lever_figure(tmp_path, fingerprint, sy
                            "workshop", 4, 1],
                           ["22222222", "CPU 8 cores, AMX", "Test CPU 2", "8/16", "AMX", "none", "2.8.0", "workshop", 4, 1]]
     epoch = next(lv for lv in workshop.levers_of(rows) if lv.metric == "epoch_time")
-    assert epoch.has_ratios and epoch.title() == "02 / batch_size: epoch_time (workshop profile)"
+    assert epoch.baseline == "b32" and epoch.title() == "02 / batch_size: epoch_time (workshop profile)"
     lever = workshop.lever_table(epoch, machines)
     assert lever.columns == ["variant", "11111111 [CPU 2 cores, AVX512-BF16] ratio vs b32 (x)",
                              "22222222 [CPU 8 cores, AMX] ratio vs b32 (x)", "published ratio (x)"]
@@ -222,10 +223,14 @@ def test_machine_and_lever_tables_and_the_lever_figure(tmp_path, fingerprint, sy
     assert lever.rows == [["b32", "1.000", "1.000", 1.0], ["b256", "2.000", "4.000", 2.5]]
     accuracy = next(lv for lv in workshop.levers_of(rows) if lv.metric == "accuracy")
     assert workshop.lever_table(accuracy, machines).rows[1] == ["b256", "0.975 ~", "0.975 ~", None]  # one round: unclear
+    lonely = rows + [r for r in synthetic_rows(3, 4) if r.variant == "b256"]  # a machine without the baseline
+    lonely_lever = next(lv for lv in workshop.levers_of(lonely) if lv.metric == "epoch_time")
+    lonely_table = workshop.lever_table(lonely_lever, workshop.machines_of(lonely))
+    assert lonely_table.as_dicts()[1]["33333333 [CPU 4 cores, AVX512-BF16] ratio vs b32 (x)"] is None  # no ratio
     plain_rows = results.make_rows("03", "x", {"a": [1.0, 2.0, 4.0]}, metric="load_time", unit="s",
                                    fingerprint=fingerprint(1, 2), profile="smoke", data="none")
     plain = workshop.levers_of(plain_rows)[0]
-    assert not plain.has_ratios and plain.title() == "03 / x: load_time (smoke profile)"
+    assert plain.baseline is None and plain.title() == "03 / x: load_time (smoke profile)"
     assert workshop.lever_table(plain, workshop.machines_of(plain_rows)).rows == [["a", "2.000 (1.000 to 4.000)", None]]
     path = workshop.lever_figure(epoch, machines, tmp_path / "figs" / "epoch.png")
     assert path == tmp_path / "figs" / "epoch.png" and path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -246,8 +251,6 @@ def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path, sample_r
     acc = workshop.rows_table(r[2:])
     assert acc.column("accuracy median (%)") == ["80.00 (stand-in)", "70.00 (stand-in)"]
     assert "stand-in" in acc.note
-    with pytest.raises(ValueError, match="one metric"):
-        workshop.rows_table(r[1:3])
     md = workshop.render_markdown(r)
     assert md.count("### 02 / batch") == 2 and "(stand-in)" in md
     csv_text = workshop.render_csv(r, tmp_path / "rows.csv")
@@ -264,10 +267,10 @@ def test_quality_rows_value_format_and_grouping(sample_rows, fake_fingerprint):
     assert [fmt(v) for v in (2.0, 0.975, 1234.0, 1.234e-4)] == ["2.000", "0.975", "1,234", "1.2340e-04"]
     other = results.make_rows("01", "loader", {"w0": [1.0]}, metric="epoch_time", unit="s", fingerprint=fake_fingerprint,
                               profile="smoke", data="none")
-    groups = workshop.group_rows([r[0], other[0], r[2], r[1], r[3]])
-    assert list(groups) == [("02", "batch", "epoch_time", "s"), ("01", "loader", "epoch_time", "s"),
-                            ("02", "batch", "accuracy", "%")]  # in the order they first appear
-    assert [x.variant for x in groups[("02", "batch", "epoch_time", "s")]] == ["b32", "b256"]
+    md = workshop.render_markdown([r[0], other[0], r[2], r[1], r[3]], heading_level=2)
+    assert [line for line in md.splitlines() if line.startswith("#")] == [
+        "## 02 / batch: epoch_time", "## 01 / loader: epoch_time", "## 02 / batch: accuracy"]  # as they first appear
+    assert md.index("| b32 |") < md.index("| b256 |") < md.index("## 01 / loader")
 
 def test_hardware_class_and_machine_key(fake_fingerprint):
     FP = fake_fingerprint

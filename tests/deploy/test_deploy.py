@@ -19,6 +19,16 @@ from helpers.deploy import engines
 def result(name, latencies, batch=4, diff=0.0, agree=1.0):
     return engine_result(name, latencies, batch=batch, warmup=[0.1], diff=diff, agree=agree)
 
+
+def shared(*found):
+    """``found`` given one ``measure.Rounds`` of their samples, as ``deploy.compare`` returns them."""
+    got = measure.Rounds([r.name for r in found], {r.name: r.samples for r in found},
+                         {r.name: [{}] * len(r.samples) for r in found})
+    for r in found:
+        r.rounds = got
+    return list(found)
+
+
 def test_parse_size():
     assert deploy.parse_size("64") == (64, 64)
     assert deploy.parse_size("224x384") == (224, 384)
@@ -92,8 +102,6 @@ def test_every_engine_agrees_with_eager(monkeypatch, tiny_spec):
     assert deploy.verdict(found, "onnxruntime").rounds == 3
     with pytest.raises(engines.DeployError):
         deploy.verdict(found, "tensorrt")
-    with pytest.raises(engines.DeployError, match="Unknown exporter 'jit'"):
-        deploy.compare(tiny_spec, exporter="jit")
 
 
 def test_the_engines_that_import_run_without_openvino(monkeypatch, tiny_spec):
@@ -172,9 +180,6 @@ def test_verdict_and_table_follow_the_rounds_verdict(aa_failed):
     assert verdicts["openvino"].startswith(measure.DISTURBED if aa_failed else "no measurable difference (could see")
     assert verdicts["A/A: eager again"] == "A/A passed (contains 1.0)"  # the A/A arm says whether it passed
     assert deploy.verdict(found, "onnxruntime").ratio == pytest.approx(1.25)  # ratio and interval still given
-    # results without shared rounds (built apart): the plain helpers.measure.verdict
-    apart = [engine_result(n, got.samples[n]) for n in got.names]
-    assert deploy.verdict(apart, "onnxruntime").word == "faster"
     with pytest.raises(engines.DeployError):
         deploy.verdict(found, "onnxruntime", baseline="tensorrt")
 
@@ -190,7 +195,7 @@ def engine_result(name="eager", latencies=(0.02, 0.01, 0.04), batch=4, warmup=(0
 def test_engine_result_latency_and_throughput():
     r = engine_result()
     assert r.latency_ms == pytest.approx(20.0) and r.throughput == pytest.approx(4 / 0.02) and r.precision == "f32"
-    assert r.stats.median == 0.02 and r.rounds is None  # a measure.Result
+    assert r.stats.median == 0.02 and isinstance(r, measure.Result)
 
 
 def test_to_rows_throughput_and_latency_per_engine():
@@ -233,8 +238,8 @@ def test_batch_split_recovers_fixed_and_per_image_cost():
 
 
 def test_published_vs_yours_and_summary_line():
-    runs = [result("eager", [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]), result("onnxruntime", [0.5, 0.55, 0.45, 0.5, 0.52, 0.48],
-                                                                     diff=2e-6)]
+    runs = shared(result("eager", [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]),
+                  result("onnxruntime", [0.5, 0.55, 0.45, 0.5, 0.52, 0.48], diff=2e-6))
     pub = published.select(published.load("arc_blog"), experiment="yolox_tiny_inference_directml")
     text = str(deploy.published_vs_yours(runs, pub, "titan_rtx"))
     assert "published" in text and "yours" in text and "onnxruntime (f32)" in text and "faster" in text
@@ -247,17 +252,18 @@ def test_ratio_bars_draws_one_bar_per_engine_and_published():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    runs = [result("eager", [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]), result("openvino", [0.5, 0.55, 0.45, 0.5, 0.52, 0.48])]
+    runs = shared(result("eager", [1.0, 1.1, 0.9, 1.05, 0.95, 1.0]), result("openvino", [0.5, 0.55, 0.45, 0.5, 0.52, 0.48]))
     fig, ax = plt.subplots()
     deploy.ratio_bars(ax, runs, "t", {"published\nx": 0.8}, "published")
     assert len(ax.patches) == 3
     plt.close(fig)
 
 
-def test_rows_and_cli(tmp_path, capsys):
+def test_rows_and_cli(tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path))
     rows_path = tmp_path / "rows.jsonl"
     found = deploy.main(["--model", "book_cnn", "--batch", "2", "--engines", "eager,onnxruntime",
-                         "--repeats", "2", "--warmup", "0", "--rows", str(rows_path), "--device", "cpu"])
+                         "--repeats", "2", "--warmup", "0", "--device", "cpu"])
     out = capsys.readouterr().out
     assert "onnxruntime" in out and "top-1 agree %" in out and "4 result rows" in out
     assert "exporter: torch.onnx.export(dynamo=True), the default since torch 2.9, opset 20" in out
@@ -276,22 +282,23 @@ def test_rows_and_cli(tmp_path, capsys):
 
 def test_cli_default_engines_leave_out_openvino_where_it_does_not_import(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "openvino", None)  # as on Linux aarch64, where it has no wheel
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path))
     found = deploy.main(["--model", "book_cnn", "--batch", "2", "--repeats", "1", "--warmup", "0", "--rounds", "2",
-                         "--rows", str(tmp_path / "rows.jsonl"), "--device", "cpu"])
+                         "--device", "cpu"])
     out = capsys.readouterr().out
     assert [r.name for r in found] == ["eager", "onnxruntime"]
     said = [line for line in out.splitlines() if line.startswith("OpenVINO")]
     assert said == [f"{engines.available_engines()[1]['openvino']}: left out of the default engines"]
     with pytest.raises(deploy.DeployError, match="OpenVINO is not installed"):  # asked for by name: the clear error
-        deploy.main(["--model", "book_cnn", "--engines", "eager,openvino", "--rows", str(tmp_path / "x.jsonl")])
-    assert not (tmp_path / "x.jsonl").exists()
+        deploy.main(["--model", "book_cnn", "--engines", "eager,openvino"])
+    assert len(results.read_rows(tmp_path / "rows.jsonl")) == 4  # the first run's rows only
 
 
-def test_cli_table_has_an_aa_row_with_three_engines(tmp_path, capsys):
+def test_cli_table_has_an_aa_row_with_three_engines(tmp_path, capsys, monkeypatch):
     pytest.importorskip("openvino")  # no wheel for Linux aarch64
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path))
     found = deploy.main(["--model", "book_cnn", "--batch", "2", "--engines", "eager,onnxruntime,openvino:f32",
-                         "--repeats", "1", "--warmup", "0", "--rounds", "2", "--rows", str(tmp_path / "rows.jsonl"),
-                         "--device", "cpu"])
+                         "--repeats", "1", "--warmup", "0", "--rounds", "2", "--device", "cpu"])
     out = capsys.readouterr().out
     assert [r.name for r in found][-1] == "A/A: eager again"
     assert any(line.startswith("A/A: eager again ") for line in out.splitlines())  # its own row in the table

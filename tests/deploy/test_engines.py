@@ -72,7 +72,7 @@ def test_the_default_exporter_is_dynamo(tmp_path, monkeypatch):
 def test_missing_onnxscript_says_what_to_install(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "onnxscript", None)  # makes `import onnxscript` fail
     model, example = torch.nn.Linear(2, 2).eval(), torch.randn(1, 2)
-    with pytest.raises(engines.DeployError, match=r"needs onnxscript.*pip install onnxscript==0\.7\.2"):
+    with pytest.raises(engines.DeployError, match=r"onnxscript is not installed.*pip install onnxscript==0\.7\.2"):
         engines.export_onnx(model, example, tmp_path / "m.onnx")
     assert not (tmp_path / "m.onnx").exists()
     engines.export_onnx(model, example, tmp_path / "m.onnx", exporter="torchscript")  # needs no onnxscript
@@ -197,7 +197,7 @@ def test_available_engines_without_openvino(monkeypatch):
     assert here == ["eager", "onnxruntime"] and list(missing) == ["openvino"]
     if not engines._no_wheel_here("openvino"):  # this platform has a wheel: not installed, or broken
         assert missing["openvino"] == ("OpenVINO: not installed in this environment "
-                                       "(`make setup` installs openvino==2026.4.1)")
+                                       "(`make setup` installs it, or `pip install openvino==2026.4.1`)")
         broken = ImportError("libopenvino.so.2026: cannot open shared object file\n(more)")
         assert engines._why_not("openvino", broken) == (
             "installed but does not import (ImportError: libopenvino.so.2026: cannot open shared object file (more))")
