@@ -1,6 +1,5 @@
-"""The course's rule for accuracy, paired by seed and by image: per-seed, per-image correctness of a baseline and a
-variant -> the difference in expected accuracy on new images, its t interval and one word ("costs", "keeps", "gains"
-or "no measurable difference"). Pure arithmetic; the reasoning is in docs/measurement.md ("Accuracy is paired")."""
+"""The course's rule for accuracy, paired by seed and by image: the difference, its t interval and one word.
+Pure arithmetic; the reasoning is in docs/measurement.md ("Accuracy is paired")."""
 
 from __future__ import annotations
 

@@ -130,21 +130,16 @@ def transformer_net(padding: str = "reflect") -> nn.Module:
     )
 
 
-def vgg16_features() -> nn.Sequential:
-    """torchvision's VGG16 ``features[:23]`` (up to relu4_3), without the classifier style transfer never uses."""
-    from torchvision.models.vgg import cfgs, make_layers
-
-    return make_layers(cfgs["D"])[:23]
-
-
 def style_transfer_step(*, device: torch.device | str, batch: int = 4, size: int = 256,
                         autocast_dtype: torch.dtype | None = None, padding: str = "reflect",
                         seed: int = 0) -> Callable[[], float]:
     """One training step of fast neural style: content + style (Gram) losses on frozen VGG16 features, Adam."""
+    from torchvision.models.vgg import cfgs, make_layers
+
     device = torch.device(device)
     set_seed(seed)
     net = transformer_net(padding).to(device).train()
-    features = vgg16_features().to(device).eval()
+    features = make_layers(cfgs["D"])[:23].to(device).eval()  # torchvision's VGG16 up to relu4_3, no classifier
     for p in features.parameters():
         p.requires_grad_(False)
     taps = (3, 8, 15, 22)  # relu1_2, relu2_2, relu3_3, relu4_3
@@ -343,13 +338,9 @@ def relative_differences(reference: dict[str, torch.Tensor], other: dict[str, to
     return out
 
 
-def _grads(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: torch.zeros(p.shape) if p.grad is None else p.grad.detach().float().cpu().clone()
-            for k, p in model.named_parameters()}
-
-
-def _weights(model: nn.Module) -> dict[str, torch.Tensor]:
-    return {k: p.detach().float().cpu().clone() for k, p in model.named_parameters()}
+def _weights(model: nn.Module, grads: bool = False) -> dict[str, torch.Tensor]:
+    pick = (lambda p: torch.zeros(p.shape) if p.grad is None else p.grad) if grads else (lambda p: p)
+    return {k: pick(p).detach().float().cpu().clone() for k, p in model.named_parameters()}
 
 
 def _parity_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, y: torch.Tensor,
@@ -359,7 +350,7 @@ def _parity_step(model: nn.Module, opt: torch.optim.Optimizer, x: torch.Tensor, 
 
     def mark(phase: str) -> None:
         if phase == "backward":
-            grads.update(_grads(model))
+            grads.update(_weights(model, grads=True))
 
     loss = train_step(model, opt, lambda out, target: loss_fn(out.float(), target), x, y, autocast_dtype=dtype,
                       device_type=device.type, mark=mark)

@@ -41,14 +41,9 @@ def check_options(model_names: Sequence[str], device: str, dtype: str) -> tuple[
     if unknown:
         raise BenchError(f"Unknown model(s) {', '.join(unknown)}; choose from {', '.join(BENCH_MODELS)}.")
     try:
-        dev = devices.get_device(device)
-    except devices.DeviceError as exc:
+        return list(model_names), devices.get_device(device), precision.parse_dtype(dtype)
+    except (devices.DeviceError, ValueError) as exc:
         raise BenchError(str(exc)) from None
-    try:
-        autocast = precision.parse_dtype(dtype)
-    except ValueError as exc:
-        raise BenchError(str(exc)) from None
-    return list(model_names), dev, autocast
 
 
 class BenchStep:
@@ -82,12 +77,11 @@ class BenchStep:
 
     def run(self, mark: Callable[[str], None] | None = None) -> None:
         """The copy to the device, then ``train_step``; ``mark(phase)`` at the start and after each phase."""
-        if mark is not None:
-            mark("start")
+        mark = mark or (lambda phase: None)
+        mark("start")
         x = self.inputs.to(self.device)
         y = self.labels.to(self.device)
-        if mark is not None:
-            mark("copy")
+        mark("copy")
         train_step(self.net, self.opt, self.loss_fn, x, y,
                    autocast_dtype=self.autocast, device_type=self.device.type, mark=mark)
 

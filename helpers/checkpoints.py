@@ -1,5 +1,4 @@
-"""Training checkpoints in the course's one format: ``training_state`` makes the dict (``epoch``/``batch`` name the
-next batch), ``save_checkpoint`` writes it atomically, ``restore`` loads it (``weights_only=True``); docs/running.md."""
+"""Training checkpoints in the course's one format (``training_state``, ``save_checkpoint``, ``restore``)."""
 
 from __future__ import annotations
 
@@ -86,16 +85,11 @@ def restore(path: Path | str, model: torch.nn.Module, optimizer: torch.optim.Opt
     try:
         plain_module(model).load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
-        progress = {k: state[k] for k in ("epoch", "batch", "step")}
+        progress = {k: state[k] for k in (*PROGRESS_KEYS, "rng")}
     except (RuntimeError, ValueError, KeyError) as exc:
-        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer ({type(exc).__name__}). "
-                              "Delete it or use a different checkpoint path.") from None
+        raise CheckpointError(f"Checkpoint {path} does not fit this model/optimizer or this course version "
+                              f"({type(exc).__name__}). Delete it or use a different checkpoint path.") from None
     if scaler is not None and state.get("scaler"):
         scaler.load_state_dict(state["scaler"])
-    rng = state.get("rng")
-    set_rng_state(rng if isinstance(rng, dict) else {"cpu": rng}, device)
-    out = {**fresh_progress(), **progress, "resumed_from": [progress["epoch"], progress["batch"]]}
-    for key in ("loss_sum", "epoch_times", "epoch_losses", "data_wait"):
-        out[key] = list(state[key]) if isinstance(state.get(key), list) else state.get(key, out[key])
-    out["data_wait"] = list(out["data_wait"]) + [0.0] * (len(out["epoch_times"]) - len(out["data_wait"]))
-    return out
+    set_rng_state(progress.pop("rng"), device)
+    return {**progress, "resumed_from": [progress["epoch"], progress["batch"]]}

@@ -1,5 +1,4 @@
-"""Who else used the CPU while we measured: ``CpuMeter`` compares the machine's CPU time (steal included) with this
-process tree's own; ``helpers.measure.interleaved`` re-runs a round whose others took over ``LIMIT`` cores."""
+"""Who else used the CPU while we measured: ``CpuMeter`` (machine CPU time, steal included, minus our own)."""
 
 from __future__ import annotations
 
@@ -50,16 +49,12 @@ def own_cpu_seconds() -> float:
 class CpuMeter:
     """``start()`` then ``stop()`` -> the ``Interference`` of the interval between them."""
 
-    _start: tuple[float, float, float, float] | None = None  # (wall, busy, steal, own) at start()
-
     def start(self) -> "CpuMeter":
         busy, steal = machine_cpu_seconds()
         self._start = (time.perf_counter(), busy, steal, own_cpu_seconds())
         return self
 
     def stop(self) -> Interference:
-        if self._start is None:
-            raise RuntimeError("CpuMeter.stop() before start()")
         t0, busy0, steal0, own0 = self._start
         busy, steal = machine_cpu_seconds()
         wall = max(time.perf_counter() - t0, 1e-9)

@@ -1,5 +1,4 @@
-"""FashionMNIST and CIFAR-10, real (torchvision, checksummed, downloaded under a lock ranks share) or the synthetic
-``StandInImages``; ``make_loader`` (seeded, resumable mid-epoch), ``loading_pass`` and the book's ``heavy_pipeline``."""
+"""FashionMNIST and CIFAR-10, real (downloaded under a lock) or the synthetic ``StandInImages``, and their loaders."""
 
 from __future__ import annotations
 
@@ -158,14 +157,13 @@ def load_dataset(name: str, train: bool = True, transform: Callable | None = Non
 def download_lock(root: Path | str, name: str = "dataset", *, timeout: float = 1800.0) -> Iterator[Path | None]:
     """Hold ``root/.<name>.lock`` (``locks.hold``): a machine's ranks download in turn; yields it (None: read-only)."""
     path = Path(root) / f".{name}.lock"
-    stack = contextlib.ExitStack()
-    try:
-        held: Path | None = stack.enter_context(locks.hold(path, wait=timeout, what=f"the download lock {path}"))
-    except locks.Held:
-        raise
-    except OSError:  # read-only location: only reading happens there, no lock needed
-        held = None
-    with stack:
+    with contextlib.ExitStack() as stack:
+        try:
+            held = stack.enter_context(locks.hold(path, wait=timeout, what=f"the download lock {path}"))
+        except locks.Held:
+            raise
+        except OSError:  # read-only location: only reading happens there, no lock needed
+            held = None
         yield held
 
 

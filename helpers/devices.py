@@ -1,5 +1,4 @@
-"""One device abstraction for cpu, cuda, xpu (Intel GPUs) and mps (Apple): ``get_device("auto")`` picks the best
-present, ``synchronize`` waits for queued work, and the autocast questions (``low_precision_dtype``, ...)."""
+"""One device abstraction for cpu, cuda, xpu and mps: ``get_device``, ``synchronize`` and the autocast questions."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Place one training step on this device's roofs (``diagnose_step``): which of five regimes bounds it, which lever
-attacks that; also the input wait, exposed communication, a step's FLOPs and phase times. See docs/diagnosis.md."""
+"""Place one training step on this device's roofs (``diagnose_step``); the input wait, exposed communication, FLOPs."""
 
 from __future__ import annotations
 

@@ -120,9 +120,8 @@ def export_torch_env(info: RankInfo, env: dict[str, str] | None = None) -> dict[
 
 def rank_cpus(info: RankInfo, *, allowed: Sequence[int], core_groups: Sequence[Sequence[int]],
               nodes_per_host: int = 1, node: int = 0) -> list[int]:
-    """This rank's logical CPUs: whole physical cores (``core_groups``: each core's SMT siblings) of ``allowed``,
-    split evenly between ``nodes_per_host * local_world_size`` slots; slot ``node * local_world_size +
-    local_rank``. Under SLURM ``allowed`` (srun's choice) as it is."""
+    """This rank's even share of the whole physical cores (``core_groups``: SMT siblings) in ``allowed``, over the
+    ranks of ``nodes_per_host`` simulated nodes; under SLURM ``allowed`` (srun's choice) as it is."""
     allowed_set = set(allowed)
     if info.launcher == "slurm":
         return sorted(allowed_set)
@@ -170,17 +169,12 @@ def pin_rank(info: RankInfo, threads: int | None = None, nodes_per_host: int = 1
 
 # ----- backend, device and process group ----------------------------------------------------
 
-def cuda_missing_message() -> str:
-    """Why ``cuda`` cannot be used here, worded for the installed build, with the CPU fallback."""
-    from . import devices
-
-    return devices.cuda_missing_reason() + ", or train on --device cpu --backend gloo."
-
-
 def choose_backend(device_type: str, requested: str = "auto") -> str:
     """The process-group backend for a device: gloo (cpu), nccl (cuda), xccl (xpu)."""
     import torch
     import torch.distributed as dist
+
+    from . import devices
 
     requested = requested.lower()
     if requested not in BACKENDS:
@@ -191,7 +185,8 @@ def choose_backend(device_type: str, requested: str = "auto") -> str:
         if device_type != "cuda":
             raise DistributedSetupError("The nccl backend needs CUDA GPUs (device 'cuda'); on CPUs use gloo.")
         if not torch.cuda.is_available() or not dist.is_nccl_available():
-            raise DistributedSetupError("The nccl backend needs CUDA GPUs, but " + cuda_missing_message())
+            raise DistributedSetupError(f"The nccl backend needs CUDA GPUs, but {devices.cuda_missing_reason()}, "
+                                        "or train on --device cpu --backend gloo.")
     if requested == "xccl":
         available = getattr(dist, "is_xccl_available", lambda: False)()
         if device_type != "xpu" or not available:
@@ -218,11 +213,8 @@ def training_device(kind: str, info: RankInfo) -> Any:
 
     from . import devices
 
-    kind = kind.strip().lower().split(":")[0]
-    if kind == "cuda" and not torch.cuda.is_available():
-        raise DistributedSetupError("--device cuda: " + cuda_missing_message())
     try:
-        device = devices.get_device(kind)
+        device = devices.get_device(kind.strip().lower().split(":")[0])
     except devices.DeviceError as exc:
         raise DistributedSetupError(str(exc)) from None
     if device.type in ("cuda", "xpu"):
@@ -299,8 +291,7 @@ def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -
 def train_ddp(ddp: Any, loader: Any, optimizer: Any, *, epochs: int, device: Any, lr_at: Callable[[int], float],
               progress: dict[str, Any] | None = None,
               after_epoch: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
-    """Train the DDP-wrapped model from ``progress`` (``checkpoints.fresh_progress``/``restore``), ``lr_at(step)``
-    per step, calling ``after_epoch(progress)`` after each epoch; return ``progress``."""
+    """Train the DDP model on from ``progress`` at ``lr_at(step)``, calling ``after_epoch(progress)``; return it."""
     import torch
 
     from . import checkpoints, devices
@@ -345,8 +336,7 @@ def evaluate_on_all_ranks(model: Any, test_set: Any, info: RankInfo, device: Any
             right += (model(inputs.to(device)).argmax(1) == targets.to(device)).tolist()
     model.train()
     hits = [0.0] * len(test_set)
-    for index, ok in zip(mine, right):
-        hits[index] = float(ok)
+    hits[info.rank::info.world_size] = map(float, right)  # this rank's share, in test-set order
     correct = [v > 0.5 for v in sum_across_ranks(hits, device, comm).tolist()]
     return {"accuracy": 100.0 * sum(correct) / max(1, len(correct)), "count": len(correct), "correct": correct}
 

@@ -1,5 +1,4 @@
-"""Where the course's environments live: the cache folder and the IPEX environment, keyed by its pins. Standard
-library only: the system python3 runs it (``helpers.course.install``) before anything is installed."""
+"""Where the course's environments live (cache folder, IPEX venv keyed by its pins); standard library only."""
 
 from __future__ import annotations
 

@@ -63,13 +63,10 @@ def ipex_python() -> str | None:
     return str(candidate) if candidate.exists() else None
 
 
-_PROBE = ("import importlib.metadata as m, importlib.util, json, sys\n"
-          "def v(n):\n"
-          "    try:\n        return m.version(n)\n"
-          "    except m.PackageNotFoundError:\n        return None\n"
-          "print(json.dumps({'python': sys.version.split()[0], 'torch': v('torch'), "
-          "'torchvision': v('torchvision'), 'ipex': v('intel-extension-for-pytorch'), "
-          "'helpers': v('accelerate-course-helpers'), "
+_PROBE = ("import importlib.metadata as m, importlib.util, json\n"
+          "v = {(d.metadata['Name'] or '').lower().replace('_', '-'): d.version for d in m.distributions()}\n"
+          "print(json.dumps({'torch': v.get('torch'), 'torchvision': v.get('torchvision'), "
+          "'ipex': v.get('intel-extension-for-pytorch'), 'helpers': v.get('accelerate-course-helpers'), "
           "'helpers_at': getattr(importlib.util.find_spec('helpers'), 'origin', None)}))")
 
 
@@ -183,8 +180,7 @@ def train_round(name: str, batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
                 test_batches: Sequence[tuple[torch.Tensor, torch.Tensor]], *, dataset: str = "cifar10",
                 lr: float = 1e-3, warmup_steps: int = 4, seed: int = 0) -> dict[str, Any]:
     """One round of variant ``name`` (a fresh seeded model, ``warmup_steps`` untimed steps, one timed pass, accuracy):
-    ``{"value": s per step, "metrics": {accuracy, loss, warmup_s, prepare_s, steps, page_faults_per_step}}``
-    (minor page faults per timed step: memory the allocator had handed back)."""
+    ``{"value": s per step, "metrics": {accuracy, loss, warmup_s, prepare_s, steps, page_faults_per_step}}``."""
     if not batches:
         raise ValueError("train_round needs at least one batch")
     v = variant(name)

@@ -1,5 +1,5 @@
-"""What the chapters share, in one namespace: ``from helpers import lab``, then ``lab.interleaved``, ``lab.verdict``.
-Every name is re-exported from its core module (helpers/README.md is the map); ``start`` and ``record``: lab's."""
+"""What the chapters share, in one namespace (``lab.interleaved``): each name re-exported from its core module, but
+``start`` and ``record``; helpers/README.md is the map."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from .data import (IMAGENET_MEAN, IMAGENET_STD, StandInImages, heavy_pipeline, i
                    loading_pass, make_loader, spec as dataset_spec, take)
 from .devices import (available_devices, describe as describe_device, get_device, grad_scaler_supported,
                       is_available as device_available, low_precision_dtype, synchronize)
-from .diagnose import REGIME_LEVERS, diagnose_step, exposed_comm, loader_wait, phase_times, training_step_flops
+from .diagnose import REGIME_LEVERS, diagnose_step, loader_wait, phase_times, training_step_flops
 from .measure import (AA_PREFIX, DISTURBED, Result, Rounds, aa_name, aa_passes, interleaved, sample_long_enough,
                       time_fn, with_aa)
 from .models import book_cnn, count_parameters, torchvision_model
@@ -32,27 +32,6 @@ from .tables import Table
 from .training import evaluate, set_loader_epoch, train
 from .variants import decoded, diagnose_levers, fresh_process_rounds, fresh_rounds, run_variant
 from .verdict import MIN_ROUNDS, ROUNDS, detectable, log_noise, verdict
-
-__all__ = [
-    # run sizes, seeds, the machine
-    "pick", "current_profile", "data_source", "optional_parts", "set_seed", "env_report",
-    "topology", "Topology", "LogicalCPU", "cpu_bf16_support",
-    # devices, data, models, training
-    "get_device", "available_devices", "device_available", "describe_device", "synchronize", "low_precision_dtype",
-    "grad_scaler_supported", "load_dataset", "take", "make_loader", "dataset_spec", "is_standin", "StandInImages",
-    "heavy_pipeline", "loading_pass", "IMAGENET_MEAN", "IMAGENET_STD", "decoded", "book_cnn", "count_parameters",
-    "torchvision_model", "train_step", "train", "evaluate", "set_loader_epoch", "load_checkpoint",
-    # rounds, verdicts, fresh processes
-    "interleaved", "with_aa", "aa_name", "aa_passes", "time_fn", "sample_long_enough", "Rounds", "Result",
-    "ROUNDS", "MIN_ROUNDS", "DISTURBED", "AA_PREFIX", "verdict", "detectable", "log_noise", "fresh_rounds",
-    "fresh_process_rounds", "run_variant", "diagnose_levers", "Children", "Job",
-    # accuracy, where the time goes
-    "Accuracies", "above_chance", "accuracy_of", "compare_accuracy", "diagnose_step", "phase_times", "loader_wait",
-    "exposed_comm", "training_step_flops", "REGIME_LEVERS", "measure_roofs", "cached_roofs", "profile_fn",
-    # results, published numbers, tables and plots
-    "start", "record", "append_rows", "results_dir", "ROWS_FILE", "load_published", "select_published",
-    "published_value", "Table", "speedup_bars", "round_ratios",
-]
 
 
 def start() -> float:

@@ -47,8 +47,7 @@ def check_ranks(ranks_per_node: int, device: str = "cpu", nodes_per_host: int = 
     cores = system.topology().physical_cores
     total = ranks_per_node * nodes_per_host
     if device.split(":")[0] == "cpu" and total > cores:
-        who = f"{total} ranks ({nodes_per_host} nodes x {ranks_per_node})" if nodes_per_host > 1 \
-            else f"{total} ranks"
+        who = f"{total} ranks" + (f" ({nodes_per_host} nodes x {ranks_per_node})" if nodes_per_host > 1 else "")
         raise DistributedSetupError(
             f"{who} requested but this machine has {cores} physical cores: each CPU rank gets whole cores, "
             f"so use at most {cores} ranks here (or add --no-pin to the job's arguments to share cores knowingly)."

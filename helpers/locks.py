@@ -1,5 +1,4 @@
-"""Inter-process locks (``filelock``), which the operating system releases when their holder dies; ``hold`` keeps
-the holder's pid and command beside the lock (``<path>.holder``) to name it in a refusal. No torch here."""
+"""Inter-process locks (``filelock``) that name their holder (``<path>.holder``) in a refusal. No torch here."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The measurement protocol: interleaved rounds in Williams designs (``interleaved``), the A/A arm, the records
-(``Rounds``, ``Result``, ``Stats``), ``time_fn`` and ``verdict`` (re-exported); the reasoning: docs/measurement.md."""
+"""The measurement protocol: ``interleaved`` rounds in Williams designs with an A/A arm, ``Rounds``, ``time_fn``."""
 
 from __future__ import annotations
 
@@ -170,8 +169,6 @@ def aa_word(v: Verdict) -> str:
 
 def complete_rounds(arms: int, rounds: int = ROUNDS) -> int:
     """The smallest whole multiple of the Williams design's length >= ``rounds``; ``rounds`` itself when it is > 12."""
-    if arms < 1 or rounds < 1:
-        raise ValueError("complete_rounds needs at least one arm and one round")
     m = len(williams_orders(arms))
     whole = -(-rounds // m) * m
     return whole if whole <= 12 or whole == rounds else rounds
@@ -202,9 +199,8 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
                 max_reruns: int | None = None, warmup_rounds: int = 0, progress: bool = True, desc: str = "rounds",
                 unit: str = "s", attempts: int | None = None, before_round: Callable[[list[str]], Any] | None = None,
                 after_round: Callable[[], Any] | None = None) -> Rounds:
-    """Call every variant (returning a float, ``(value, metrics)`` or a ``Result``) once per round in the orders of
-    a Williams design; disturbed rounds run again (``max_reruns``), a failed A/A arm all of it (``attempts``);
-    ``before_round(order)``/``after_round()`` run untimed around each round."""
+    """Call every variant (a float, ``(value, metrics)`` or a ``Result``) once per round in Williams-design orders;
+    re-run disturbed rounds (``max_reruns``), all after a failed A/A (``attempts``); ``before/after_round``: untimed."""
     names = list(variants)
     if not names:
         raise ValueError("interleaved needs at least one variant")

@@ -1,5 +1,4 @@
-"""The book's two CNNs, exactly (1,630,090 and 2,122,186 parameters; the names ``layer1.0``, ``layer2.0``, ``fc1``,
-``fc2`` are stable, so pruning masks can name them), and a torchvision model factory."""
+"""The book's two CNNs, exactly (stable layer names for pruning masks), and a torchvision model factory."""
 
 from __future__ import annotations
 

@@ -46,7 +46,7 @@ def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None
 
 
 def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline: str | None = None, *,
-                 title: str = "", higher_is_better: bool = False) -> Figure:
+                 title: str = "") -> Figure:
     """One dot per round (baseline/variant in that round alone), the verdict's ratio and 95% band per variant."""
     base = baseline or (rounds.names[0] if rounds.names else None)
     if base not in rounds.names:
@@ -62,10 +62,9 @@ def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline
         ax.axhline(edge, color="grey", lw=0.8, ls=":")
     n = rounds.rounds
     for k, name in enumerate(names):
-        pairs = zip(rounds.samples[base], rounds.samples[name])
-        ratios = [v / b if higher_is_better else b / v for b, v in pairs]
+        ratios = [b / v for b, v in zip(rounds.samples[base], rounds.samples[name])]
         shift = (k - (len(names) - 1) / 2) * 0.12
-        v = rounds.verdict(name, base, higher_is_better=higher_is_better)
+        v = rounds.verdict(name, base)
         dots = ax.scatter([i + 1 + shift for i in range(n)], ratios, zorder=3,
                           label=f"{name}: {v.ratio:.2f}x, interval {v.interval}, {v.word}")
         color = dots.get_facecolor()[0]
@@ -73,7 +72,7 @@ def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline
         if not v.reason:
             ax.axhspan(v.low, v.high, color=color, alpha=0.15, lw=0)
     ax.set_xlabel("round (each dot: what that round alone would say)")
-    ax.set_ylabel(f"{base} / variant (x)" if not higher_is_better else f"variant / {base} (x)")
+    ax.set_ylabel(f"{base} / variant (x)")
     ax.set_xticks(range(1, n + 1))
     ax.set_title(title)
     ax.legend(fontsize=8)

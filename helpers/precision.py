@@ -29,23 +29,18 @@ def parse_dtype(name: str | torch.dtype | None) -> torch.dtype | None:
     return None if dtype == torch.float32 else dtype
 
 
-def tf32_defaults() -> dict[str, str]:
-    """This torch's TF32 settings now, ``{"matmul": ..., "conv": ...}`` (by default convolutions TF32, matmuls not)."""
-    return {"matmul": torch.backends.cuda.matmul.fp32_precision, "conv": torch.backends.cudnn.conv.fp32_precision}
-
-
 @contextlib.contextmanager
 def tf32(enabled: bool) -> Iterator[None]:
     """TF32 (``enabled``) or IEEE fp32 for CUDA matmuls and cuDNN convolutions inside the block (``fp32_precision``)."""
-    before = tf32_defaults()
-    mode = "tf32" if enabled else "ieee"
-    torch.backends.cuda.matmul.fp32_precision = mode
-    torch.backends.cudnn.conv.fp32_precision = mode
+    switches = (torch.backends.cuda.matmul, torch.backends.cudnn.conv)
+    before = [s.fp32_precision for s in switches]
+    for s in switches:
+        s.fp32_precision = "tf32" if enabled else "ieee"
     try:
         yield
     finally:
-        torch.backends.cuda.matmul.fp32_precision = before["matmul"]
-        torch.backends.cudnn.conv.fp32_precision = before["conv"]
+        for s, mode in zip(switches, before):
+            s.fp32_precision = mode
 
 
 def precision_bits(dtype: torch.dtype) -> int:

@@ -1,6 +1,5 @@
-"""Child processes: start them, take turns, time them out, stop whole process trees, and never leave orphans.
-``Job`` runs one-shot commands together; ``Children`` keeps long-lived workers side by side and asks one at a
-time; ``serve`` and ``worker_main`` are a worker's side of that line protocol. docs/running.md says why."""
+"""Child processes (``Job``: one-shot commands, ``Children``: long-lived workers asked in turn,
+``serve``/``worker_main``: a worker's side), whole trees stopped and no orphans left; docs/running.md says why."""
 
 from __future__ import annotations
 
@@ -109,8 +108,6 @@ class Job:
 
     def __init__(self, commands: Sequence[Sequence[str]], *, env: Mapping[str, str] | None = None,
                  new_session: bool = True) -> None:
-        if not commands:
-            raise ValueError("Job needs at least one command")
         self.commands = [list(c) for c in commands]
         self.env, self.new_session = env, new_session
         self.procs: list[subprocess.Popen[bytes]] = []
@@ -137,9 +134,8 @@ class Job:
 
     def wait(self, timeout: float, grace: float = 15.0,
              on_interrupt: Sequence[tuple[int | None, float]] = TERMINATE) -> Finished:
-        """Wait for every command; once one failed, the others get ``grace`` s to exit on their own, then stop.
-        Past ``timeout`` s everything stops and JobTimeout is raised; on Ctrl-C (or any error) everything stops
-        with the ``on_interrupt`` schedule and the exception goes on."""
+        """Wait for every command (after a failure the others get ``grace`` s); past ``timeout`` s stop all and raise
+        JobTimeout; on Ctrl-C (or any error) stop all with the ``on_interrupt`` schedule and re-raise."""
         failed, timed_out = None, False  # failed: the first process that failed, and when
         try:
             while None in [p.poll() for p in self.procs]:
@@ -165,8 +161,6 @@ class Children:
 
     def __init__(self, commands: Mapping[str, tuple[Sequence[str], Mapping[str, str] | None]], *,
                  startup_timeout: float = 600.0) -> None:
-        if not commands:
-            raise ValueError("Children needs at least one command")
         self.commands = {name: (list(argv), dict(env or {})) for name, (argv, env) in commands.items()}
         self.startup_timeout = startup_timeout
         self.procs: dict[str, subprocess.Popen[str]] = {}

@@ -31,10 +31,8 @@ def profile_fn(fn: Callable[[], Any], *, warmup: int = 2, steps: int = 3,
 
 
 def matmul_owner(model: torch.nn.Module, shapes: Sequence[Sequence[int]]) -> str | None:
-    """The layer of ``model`` (and the pass) a matrix multiply with these input shapes (``record_shapes``) belongs to.
-
-    Linear(in, out) on B rows: [B, in] x [in, out] forward; backward [B, out] x [out, in] (input gradient) and
-    [out, B] x [B, in] (weight gradient); a convolution's weight unfolded is out x in/groups * kernel."""
+    """The layer of ``model`` (and the pass: Linear forward, input or weight gradient; a convolution unfolded) that
+    a matrix multiply with these input shapes (``record_shapes``) belongs to."""
     mats = [tuple(int(d) for d in s) for s in shapes if len(s) == 2]
     if len(mats) != 2 or mats[0][1] != mats[1][0]:
         return None

@@ -69,11 +69,8 @@ def nni_l1_masks(model: nn.Module, sparsity: float) -> dict[str, dict[str, torch
             warnings.simplefilter("ignore")
             from nni.compression.pruning import L1NormPruner
     except ImportError as exc:
-        raise ImportError(
-            f"NNI is not importable ({exc}). NNI 3.0 has wheels for x86-64 only: there, install the course "
-            "environment (`make setup`) or `pip install nni==3.0`; elsewhere `torch_l1_masks` (or "
-            "`prune(..., source='torch')`) applies the same L1-norm rule."
-        ) from None
+        raise ImportError(f"NNI is not importable ({exc}; its wheels are for x86-64 only): `torch_l1_masks` or "
+                          "`prune(..., source='torch')` applies the same L1-norm rule.") from None
     _convs(model)
     pruner = L1NormPruner(model, [{"op_types": ["Conv2d"], "sparse_ratio": sparsity}])
     _, masks = pruner.compress()
@@ -128,10 +125,8 @@ def prune(model: nn.Module, sparsity: float, example_inputs: torch.Tensor, sourc
     import torch_pruning as tp
 
     sparsity = check_sparsity(sparsity)
-    if mask_source(source) == "nni":
-        masks = nni_l1_masks(model, sparsity)
-    else:
-        masks = torch_l1_masks(model, sparsity, example_inputs)
+    masks = nni_l1_masks(model, sparsity) if mask_source(source) == "nni" else \
+        torch_l1_masks(model, sparsity, example_inputs)
     convs = {n: m for n, m in _convs(model).items() if n in masks}
     before = {n: m.out_channels for n, m in convs.items()}
     with torch.enable_grad():  # the dependency graph is traced through autograd

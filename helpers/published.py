@@ -1,5 +1,4 @@
-"""Published reference numbers (data/published/*.csv, shipped as ``helpers.published_data``): one sourced number per
-row, with its unit and hardware; chapters compare them as ratios, since the hardware differs."""
+"""Published reference numbers (data/published/*.csv, shipped as ``helpers.published_data``), one per row."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""The course's one result format: versioned rows in JSON Lines, one variant's value of one metric per row, with
-the machine's fingerprint (docs/tools.md lists the fields). Plain data: reading rows needs no torch."""
+"""The course's one result format: versioned JSON Lines rows, one variant's value of one metric each (docs/tools.md)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""This device's ceilings from torch operations alone (``measure_roofs``): matmul FLOP/s, bandwidth per working set,
-per-op overhead, on a GPU launch latency and host-to-device rates; ``matmul_peak`` serves ``bench``."""
+"""This device's ceilings from torch operations alone (``measure_roofs``): matmul, bandwidth, overhead, copies."""
 
 from __future__ import annotations
 

@@ -1,6 +1,4 @@
-"""Run sizes and switches read from the environment: ``COURSE_PROFILE`` (smoke / workshop / full, through
-``pick(smoke=..., workshop=..., full=...)``), ``COURSE_DATA`` (real / standin) and ``COURSE_OPTIONAL`` (1 / 0).
-docs/running.md says what each size and switch means."""
+"""Run sizes and switches from the environment: ``COURSE_PROFILE`` (``pick``), ``COURSE_DATA``, ``COURSE_OPTIONAL``."""
 
 from __future__ import annotations
 
@@ -49,16 +47,12 @@ def data_source(profile: str | None = None) -> str:
     return value
 
 
-OPTIONAL_VALUES: dict[str, bool] = {**dict.fromkeys(("1", "true", "yes", "on"), True),
-                                     **dict.fromkeys(("0", "false", "no", "off"), False)}
-
-
 def optional_parts() -> bool:
     """Whether the chapters run their optional parts: ``COURSE_OPTIONAL`` unset/1/true/yes/on, or 0/false/no/off."""
     value = os.environ.get("COURSE_OPTIONAL", "").strip().lower() or "1"
-    if value not in OPTIONAL_VALUES:
+    if value not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
         raise ProfileError(f"COURSE_OPTIONAL={value!r} is not understood. Use 1 (run the optional parts) or 0 (skip them).")
-    return OPTIONAL_VALUES[value]
+    return value in ("1", "true", "yes", "on")
 
 
 def describe() -> str:

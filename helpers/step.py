@@ -1,5 +1,4 @@
-"""The course's one training step, ``train_step``: clear gradients, forward and loss (optionally under autocast),
-backward, update. Every loop steps through it; chapter 01 writes the same step out in plain PyTorch."""
+"""The course's one training step, ``train_step``: zero_grad, forward, loss (maybe autocast), backward, update."""
 
 from __future__ import annotations
 

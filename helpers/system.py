@@ -1,5 +1,4 @@
-"""The machine a result was measured on: CPU topology and flags, OpenMP runtimes, library versions, ``fingerprint``
-(stored with every result row), ``env_report`` (a chapter's first line) and the private ``machine_id``."""
+"""The machine a result was measured on: CPU topology, OpenMP runtimes, versions, ``fingerprint``, ``env_report``."""
 
 from __future__ import annotations
 

@@ -1,5 +1,4 @@
-"""Small result tables that print as aligned text, render as HTML and Markdown in notebooks and write CSV: every
-module that reports numbers uses ``Table``, so a table looks the same everywhere."""
+"""Small result tables (``Table``) that print as aligned text and render as HTML, Markdown and CSV."""
 
 from __future__ import annotations
 

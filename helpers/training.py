@@ -1,5 +1,4 @@
-"""Train and evaluate: ``train`` runs timed epochs through ``step.train_step`` with a tqdm bar, writing checkpoints it
-resumes from, mid-epoch too, and one on Ctrl-C (docs/running.md); ``evaluate`` scores a model in eval mode."""
+"""``train`` (timed epochs through ``train_step``, checkpoints resumed mid-epoch, docs/running.md) and ``evaluate``."""
 
 from __future__ import annotations
 
@@ -22,10 +21,6 @@ from torch import nn
 from . import devices
 from .checkpoints import fresh_progress, restore, save_checkpoint, training_state
 from .step import LossFn, train_step
-
-
-class StopTraining(Exception):
-    """A simulated interruption (the DDP loop's ``stop_after``)."""
 
 
 @dataclass

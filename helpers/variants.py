@@ -1,5 +1,4 @@
-"""Training variants measured with the course protocol: ``run_variant`` (a fresh seeded model per repeat),
-``fresh_process_rounds`` (a new process per arm and round) and ``fresh_rounds`` (``python -m helpers.variants``)."""
+"""Training variants under the course protocol: ``run_variant``, ``fresh_process_rounds`` and ``fresh_rounds``."""
 
 from __future__ import annotations
 
@@ -111,9 +110,8 @@ def fresh_process_rounds(commands: Mapping[str, tuple[Sequence[str], Mapping[str
                          progress: bool = True, fresh_cache: bool = False, desc: str = "fresh-process rounds",
                          requests: Mapping[str, Mapping[str, Any]] | None = None,
                          attempts: int | None = None) -> tuple[Rounds, dict[str, Any]]:
-    """Workers ``{name: (argv, env)}`` (``helpers.processes``) in ``interleaved`` rounds, a NEW process per arm and
-    round, asked ``requests[name]`` (else ``request``); ``value(payload)`` is the timed value (default: its Result).
-    ``fresh_cache``: each process gets its own empty Inductor (and Triton) cache, removed after its round."""
+    """Workers ``{name: (argv, env)}`` in ``interleaved`` rounds, a NEW process (``fresh_cache``: and cache) per arm
+    and round, asked ``requests[name]`` (else ``request``); ``value(payload)``: the timed value (default: Result)."""
     facts: dict[str, Any] = {}
     live, kids = contextlib.ExitStack(), None  # this round's caches and processes, closed after the round
     value = value or (lambda payload: Result(**payload["result"]))

@@ -1,6 +1,5 @@
-"""The course's one comparison rule: ``verdict`` turns paired per-round values of a baseline and a variant into the
-Hodges-Lehmann ratio, its exact signed-rank interval, one word ("faster", "slower" or "no measurable difference")
-and the smallest effect the run could have seen (``detectable``). Pure arithmetic; see docs/measurement.md."""
+"""The course's one comparison rule, ``verdict``: Hodges-Lehmann ratio, exact signed-rank interval, one word and
+what the run could see (``detectable``). Pure arithmetic; see docs/measurement.md."""
 
 from __future__ import annotations
 
@@ -139,9 +138,8 @@ class Verdict:
 
 def verdict(baseline: Sequence[float], variant: Sequence[float], *, min_effect: float = MIN_EFFECT,
             higher_is_better: bool = False, confidence: float = 0.95, noise: float | None = None) -> Verdict:
-    """The course's one rule over paired per-round values (lower is better unless ``higher_is_better``): the
-    Hodges-Lehmann ratio in its exact signed-rank interval, "faster"/"slower" when it all lies beyond ``min_effect``;
-    ``noise`` (SD of log ratios, default this pair's own) sizes ``detectable``."""
+    """The rule over paired per-round values (lower is better unless ``higher_is_better``): "faster"/"slower" when the
+    whole interval lies beyond ``min_effect``; ``noise`` (SD of log ratios, default: this pair's) sizes detectable."""
     if len(baseline) != len(variant):
         raise ValueError(f"paired rounds needed: {len(baseline)} baseline values, {len(variant)} variant values")
     if not baseline:

@@ -68,14 +68,6 @@ def test_training_steps_lower_their_loss_on_a_fixed_batch():
     assert len(set(style_losses)) == 3  # the transformer's weights moved between steps
 
 
-def test_vgg16_features_match_torchvision_up_to_relu4_3():
-    from torchvision.models import vgg16
-
-    ours, theirs = arc_workloads.vgg16_features(), vgg16(weights=None).features[:23]
-    assert [type(m) for m in ours] == [type(m) for m in theirs]
-    assert [tuple(p.shape) for p in ours.parameters()] == [tuple(p.shape) for p in theirs.parameters()]
-
-
 def test_sizes_per_profile_and_step_builders_and_variant():
     for table in (arc_workloads.COMPARISON_SIZES, arc_workloads.BLOG_SIZES):
         assert set(table) == {"smoke", "workshop", "full"}

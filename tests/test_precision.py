@@ -20,20 +20,24 @@ def test_parse_dtype():
         precision.parse_dtype("int8")
 
 
+def _tf32_settings():
+    return torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision
+
+
 def test_pytorch_defaults_put_convolutions_but_not_matmuls_in_tf32():
     # a fresh process: other tests in this one may have changed the process-wide settings
-    code = "from helpers import precision; print(precision.tf32_defaults())"
+    code = "import torch; print(torch.backends.cuda.matmul.fp32_precision, torch.backends.cudnn.conv.fp32_precision)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == str({"matmul": "none", "conv": "tf32"})
+    assert out.split() == ["none", "tf32"]
 
 
 def test_tf32_context_switches_both_and_restores():
-    before = precision.tf32_defaults()
+    before = _tf32_settings()
     with precision.tf32(False):
-        assert precision.tf32_defaults() == {"matmul": "ieee", "conv": "ieee"}
+        assert _tf32_settings() == ("ieee", "ieee")
     with precision.tf32(True):
-        assert precision.tf32_defaults() == {"matmul": "tf32", "conv": "tf32"}
-    assert precision.tf32_defaults() == before
+        assert _tf32_settings() == ("tf32", "tf32")
+    assert _tf32_settings() == before
 
 
 def test_precision_bits():

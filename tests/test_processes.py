@@ -78,8 +78,6 @@ def test_serve_protocol_in_process():
                    stdout=out)
     assert out.getvalue().splitlines() == [processes.READY, 'RESULT {"double": 4}', 'RESULT {"double": 10}']
     assert processes.tail("a\n\nb\nc\n", 2) == "b\nc"
-    with pytest.raises(ValueError):
-        processes.Children({})
 
 
 def _ended(pid):
@@ -142,8 +140,6 @@ def test_job_merges_output_reports_the_first_failure_and_stops_the_others_after_
     start = time.perf_counter()
     mixed = processes.Job([sleeper, failing]).start().wait(timeout=60, grace=1)
     assert mixed.returncode != 0 and time.perf_counter() - start < 30  # the sleeper was stopped after 1 s
-    with pytest.raises(ValueError):
-        processes.Job([])
 
 
 def test_job_timeout_stops_everything_and_keeps_the_output():

@@ -47,6 +47,10 @@ def test_evaluate_counts_exactly():
         training.evaluate(Fixed(), [])
 
 
+class StopTraining(Exception):
+    """A simulated crash."""
+
+
 class Interrupted:
     """``loader`` that crashes (StopTraining) when asked for a batch after its first ``after`` in the run."""
 
@@ -59,7 +63,7 @@ class Interrupted:
     def __iter__(self):
         for batch in self.loader:
             if self.left == 0:
-                raise training.StopTraining("a simulated crash")
+                raise StopTraining("a simulated crash")
             self.left -= 1
             yield batch
 
@@ -72,7 +76,7 @@ def test_interrupted_run_resumes_to_identical_weights(tiny_loaders, tmp_path):
 
     ckpt = tmp_path / "run.pt"
     model_b, opt_b = fresh()
-    with pytest.raises(training.StopTraining):  # stops mid-epoch 1, after the step-10 checkpoint
+    with pytest.raises(StopTraining):  # stops mid-epoch 1, after the step-10 checkpoint
         training.train(model_b, Interrupted(train_loader, after=12), opt_b, loss, epochs=2, progress=False,
                        checkpoint=ckpt, checkpoint_every=5)
     model_c, opt_c = fresh(seed=123)  # a different start: everything must come from the checkpoint

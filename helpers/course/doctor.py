@@ -12,11 +12,9 @@ import os
 import platform
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import sysconfig
-import threading
 import time
 from dataclasses import asdict, dataclass
 from importlib import metadata
@@ -24,9 +22,8 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from packaging.requirements import Requirement
-from packaging.specifiers import SpecifierSet
 
-from .. import files, results, run_sizes, system
+from .. import files, results, system
 from ..processes import Job, JobTimeout
 from ..system import DIST_NAME, PLATFORM_LABELS, left_out_pins, platform_label
 from . import install, workshop
@@ -35,7 +32,6 @@ DOCTOR_VERSION = 1
 STATUSES: tuple[str, ...] = ("ok", "warn", "fail")
 #: The allocators chapter 04 preloads: {name: what it asks ``ctypes.util.find_library`` for}.
 ALLOCATORS: dict[str, str] = {"jemalloc": "jemalloc", "tcmalloc": "tcmalloc_minimal"}
-DATASET_HOSTS: tuple[tuple[str, int], ...] = (("ossci-datasets.s3.amazonaws.com", 443), ("www.cs.toronto.edu", 443))
 #: What the import probe tries ({module: distribution}); never IPEX (its import ends a process without torch 2.8).
 IMPORTS: dict[str, str] = {"nni": "nni", "torch_pruning": "torch-pruning"}
 #: Packages without which no chapter runs; any other pinned package missing is a warning.
@@ -64,10 +60,6 @@ class Check:
     status: str
     message: str
     fix: str = ""
-
-    def __post_init__(self) -> None:
-        if self.status not in STATUSES:
-            raise ValueError(f"status must be one of {STATUSES}, got {self.status!r}")
 
 
 def _ok(name: str, message: str) -> Check:
@@ -122,15 +114,6 @@ def compiler_facts(env: dict[str, str] | None = None) -> dict[str, Any]:
             "python": ".".join(str(v) for v in sys.version_info[:2])}
 
 
-def ipex_pins() -> dict[str, str]:
-    """The IPEX environment's pins of torch and IPEX ({name: version}); empty where pyproject.toml is absent."""
-    try:
-        pins = [install.parse_pin(line) for line in install.ipex_pins()]
-    except (OSError, install.InstallError, KeyError, ValueError):
-        return {}
-    return {name: version for name, version, _ in pins if name in ("torch", "intel-extension-for-pytorch") and version}
-
-
 def wanted_imports(left_out: Sequence[str] = ()) -> list[str]:
     """The modules the import probe tries: ``IMPORTS`` less those whose pin is ``left_out``."""
     return [module for module, dist in IMPORTS.items() if dist not in left_out]
@@ -154,36 +137,16 @@ def _import_errors(children: dict[str, Job], timeout: float = 60) -> dict[str, s
     return errors
 
 
-def _online(timeout: float = 3.0) -> bool:
-    """Whether a dataset host answers (probed in a thread: a name lookup has no timeout of its own)."""
-    answered: list[bool] = []
-
-    def probe() -> None:
-        for address in DATASET_HOSTS:
-            with contextlib.suppress(OSError), socket.create_connection(address, timeout=timeout):
-                answered.append(True)
-                return
-
-    thread = threading.Thread(target=probe, daemon=True)
-    thread.start()
-    thread.join(timeout * len(DATASET_HOSTS) + 1)
-    return bool(answered)
-
-
 def _kernel() -> dict[str, Any]:
     try:
-        from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
-    except ImportError as exc:
-        return {"error": f"jupyter_client is missing ({exc})"}
-    try:
+        from jupyter_client.kernelspec import KernelSpecManager
+
         exe = (KernelSpecManager().get_kernel_spec("python3").argv or [""])[0]
-    except NoSuchKernel:
-        return {"error": "no kernel named python3 is installed"}
+    except Exception as exc:  # no jupyter_client, or no kernel named python3
+        return {"error": _first_line(exc)}
     if not os.path.isabs(exe):  # "python", "python3", "{python}": the Python that starts Jupyter
         return {"python": "the Python that starts Jupyter", "same_env": True}
-    same = Path(exe).resolve().is_relative_to(Path(sys.prefix).resolve()) or \
-        Path(exe).resolve() == Path(sys.executable).resolve()
-    return {"python": exe, "same_env": same}
+    return {"python": exe, "same_env": Path(exe).parent.resolve() == Path(sys.executable).parent.resolve()}
 
 
 def _accelerators() -> list[dict[str, Any]]:
@@ -210,24 +173,6 @@ def _accelerators() -> list[dict[str, Any]]:
     return found
 
 
-def _datasets() -> dict[str, Any]:
-    from .. import data
-
-    try:
-        source = run_sizes.data_source()
-    except run_sizes.ProfileError:
-        source = "real"
-    cached = {}
-    for name in data.SPECS:
-        try:
-            data.load_dataset(name, train=False, source="real", download=False)
-            cached[name] = True
-        except Exception:
-            cached[name] = False
-    online = _online() if not all(cached.values()) and source != "standin" else None
-    return {"source": source, "cached": cached, "online": online}
-
-
 def _disk() -> dict[str, int]:
     free = {}
     for label, folder in (("results", results.results_dir()), ("cache", system.cache_dir())):
@@ -238,16 +183,14 @@ def _disk() -> dict[str, int]:
 
 def gather(imports: bool = True) -> dict[str, Any]:
     """Collect the facts of this machine that ``judge`` turns into checks (``imports``: run the import probe)."""
-    requires = metadata.metadata(DIST_NAME).get("Requires-Python") if _installed(DIST_NAME) else None
     course_env = sys.prefix != sys.base_prefix and Path(sys.prefix).resolve().name.startswith("venv-") or \
         os.environ.get("CONDA_DEFAULT_ENV", "").startswith("accelerate")
     facts: dict[str, Any] = {
-        "python": {"version": list(sys.version_info[:3]), "requires": requires, "executable": sys.executable,
-                   "prefix": sys.prefix, "course_env": course_env},
+        "python": {"version": list(sys.version_info[:3]), "supported": install.supported_pythons(),
+                   "executable": sys.executable, "prefix": sys.prefix, "course_env": course_env},
         "pins": pinned_requirements(),
-        "platform": {"system": platform.system(), "machine": platform.machine(), "macos": platform.mac_ver()[0] or None,
-                     "wsl": "microsoft" in platform.release().lower(), "left_out": left_out_pins(),
-                     "ipex_wheels": install.ipex_supported()}}
+        "platform": {"system": platform.system(), "machine": platform.machine(), "left_out": left_out_pins(),
+                     "wsl": "microsoft" in platform.release().lower(), "ipex_wheels": install.ipex_supported()}}
     children = _imports_in_child(wanted_imports(facts["platform"]["left_out"])) if imports else None
     try:
         import torch
@@ -265,7 +208,7 @@ def gather(imports: bool = True) -> dict[str, Any]:
     facts["fingerprint"] = system.fingerprint()
     memory, mpirun = psutil.virtual_memory(), shutil.which("mpirun")
     facts.update(isa=facts["fingerprint"]["bf16"], compiler=compiler_facts(), ipex_env=ipex.environment(),
-                 ipex_pins=ipex_pins(), kernel=_kernel(), datasets=_datasets(), disk=_disk(),
+                 kernel=_kernel(), disk=_disk(),
                  allocators={name: ctypes.util.find_library(lib) for name, lib in ALLOCATORS.items()},
                  memory={"available": memory.available, "total": memory.total},
                  mpirun=(mpirun, _version_line(mpirun)[1] if mpirun else None),
@@ -273,33 +216,24 @@ def gather(imports: bool = True) -> dict[str, Any]:
     return facts
 
 
-def supported_minors(requires: str | None) -> list[str]:
-    """The Python minor versions ``requires`` admits (``">=3.11,<3.14"`` -> ``["3.11", "3.12", "3.13"]``)."""
-    if not requires:
-        return []
-    spec = SpecifierSet(requires)
-    return [f"3.{m}" for m in range(8, 30) if spec.contains(f"3.{m}.0") or spec.contains(f"3.{m}.99")]
-
-
-def check_python(version: Sequence[int], requires: str | None, prefix: str = "", course_env: bool = True,
+def check_python(version: Sequence[int], supported: Sequence[str], prefix: str = "", course_env: bool = True,
                  executable: str = "") -> Check:
-    """The Python that runs the doctor (version, path, environment) against ``Requires-Python``."""
+    """The Python that runs the doctor (version, path, environment) against the ``supported`` minor versions."""
     text = ".".join(str(v) for v in version[:3])
     found = f"Python {text}" + (f" ({executable})" if executable else "")
     where = "" if course_env else f" (not the course environment: {prefix})"
-    supported = supported_minors(requires) or ["3.11"]
     names = supported[0] if len(supported) == 1 else ", ".join(supported[:-1]) + " or " + supported[-1]
     install = (f"install Python {names} (the README's Prerequisites: on Ubuntu 24.04 and Debian 12/13 the system "
                "python3) and run `make setup`")
     if tuple(version[:2]) < (3, 10):
         return Check("python", "fail", f"{found} is too old for the course's torch{where}", install)
-    if requires and text not in SpecifierSet(requires):
-        return Check("python", "warn", f"{found} is not supported: the course's pins install on Python {names} "
-                     f"(requires-python {requires}){where}", install)
+    if ".".join(str(v) for v in version[:2]) not in supported:
+        return Check("python", "warn", f"{found} is not supported: the course's pins install on Python {names}{where}",
+                     install)
     if not course_env:
         return Check("python", "warn", f"{found}, supported{where}",
                      "run the course from its environment: `make doctor`, or the venv's own python")
-    return _ok("python", f"{found}, supported ({'the course supports ' + names if requires else 'no requirement'})")
+    return _ok("python", f"{found}, supported (the course supports {names})")
 
 
 def check_pins(pins: Sequence[dict[str, Any]]) -> Check:
@@ -331,9 +265,10 @@ def check_torch_build(build: dict[str, Any]) -> Check:
 
 
 def check_cpu(fp: dict[str, Any]) -> Check:
-    """CPU model, sockets, physical and logical cores, NUMA nodes."""
+    """CPU model, sockets, physical and logical cores, NUMA nodes, and the OpenMP runtime torch loaded."""
     msg = (f"{fp.get('cpu_model', 'unknown')}: {fp.get('sockets')} socket(s), {fp.get('physical_cores')} physical / "
-           f"{fp.get('logical_cores')} logical cores, {fp.get('numa_nodes')} NUMA node(s)")
+           f"{fp.get('logical_cores')} logical cores, {fp.get('numa_nodes')} NUMA node(s); OpenMP: "
+           f"{', '.join(fp.get('openmp') or []) or 'none found'}")
     if (fp.get("physical_cores") or 0) < 2:
         return Check("cpu", "warn", msg + "; chapters 02, 04 and 09 compare thread and rank counts and need 2+ cores",
                      "use a machine (or VM) with at least 2 physical cores for those chapters")
@@ -358,72 +293,41 @@ def check_isa(flags: dict[str, bool], machine: str = "x86_64", system: str = "Li
                      "expect several times the stated minutes; use COURSE_PROFILE=smoke to try the chapters")
     if not flags.get("native_bf16"):
         msg += " -> bf16 is emulated on this CPU (chapter 07 measures it; expect it to be slower than fp32)"
-    if not flags.get("ipex_bf16_prepack", flags.get("avx512")):
-        msg += "; IPEX bf16 weight prepacking is not possible (chapter 04 skips it)"
     return _ok("instruction sets", msg)
 
 
-def check_openmp(runtimes: Sequence[str]) -> Check:
-    """Which OpenMP runtime torch loads (GNU libgomp or Intel libiomp5)."""
-    if not runtimes:
-        return Check("openmp", "warn", "no OpenMP runtime found in this process (threadpoolctl saw none)",
-                     "torch's CPU kernels may run single-threaded; reinstall torch with `make setup`")
-    kinds = ["Intel (libiomp5)" if "iomp" in r else "GNU (libgomp)" if "gomp" in r else f"LLVM/other ({r})"
-             for r in runtimes]
-    return _ok("openmp", f"loaded: {', '.join(kinds)} (chapter 04 shows which one serves the threads)")
-
-
-def check_ipex(env: dict[str, Any], plat: dict[str, Any], pins: dict[str, str] | None = None) -> Check:
+def check_ipex(env: dict[str, Any], plat: dict[str, Any]) -> Check:
     """The IPEX environment (``helpers.ipex.environment``), always with IPEX's retired status."""
     from ..ipex import RETIREMENT_NOTE, SETUP_COMMAND
 
     note = " ".join(s for s in re.split(r"(?<=\.) ", RETIREMENT_NOTE) if SETUP_COMMAND not in s)
-    found = {"torch": env.get("torch"), "intel-extension-for-pytorch": env.get("ipex")}
-    off = [f"{k} {found[k]} (pinned {v})" for k, v in sorted((pins or {}).items())
-           if k in found and str(found[k]).split("+")[0] != v]
     if not plat.get("ipex_wheels", True):
         return Check("ipex", "warn", f"no IPEX wheel for {platform_label(plat)} (IPEX publishes CPU wheels for "
                      f"Linux x86-64 only): chapter 04 skips its IPEX arms. {note}",
                      "chapter 04's IPEX arms need a Linux x86-64 machine; the rest of the course runs here")
-    if env.get("python") is None:
-        return Check("ipex", "warn", f"the IPEX environment is not installed: chapter 04 skips its IPEX arms and "
-                     f"says so. {note}", f"optional: `{SETUP_COMMAND}` (torch 2.8 + IPEX 2.8, about 2 minutes, 7 GB)")
-    if not env.get("ok"):
+    if not env.get("ok"):  # its message says what is missing (or that it is not installed) and what to run
         return Check("ipex", "warn", f"{env.get('message')}; chapter 04 skips its IPEX arms. {note}",
-                     f"rebuild it: `{SETUP_COMMAND}`")
-    if off:
-        return Check("ipex", "warn", f"the IPEX environment holds other versions than its pins: {', '.join(off)}; "
-                     f"chapter 04's IPEX results may differ. {note}", f"rebuild it: `{SETUP_COMMAND}`")
+                     f"optional: `{SETUP_COMMAND}` (torch 2.8 + IPEX 2.8, about 2 minutes, 7 GB)")
     return _ok("ipex", f"IPEX environment ready: torch {env.get('torch')} + IPEX {env.get('ipex')} + the course "
                        f"package ({env.get('python')}); chapter 04 runs its IPEX arms there. {note}")
 
 
 def check_pruning(imports: dict[str, str | None] | None, versions: dict[str, str | None],
                   left_out: Sequence[str] = ()) -> Check:
-    """NNI (masks) and Torch-Pruning (channel removal) for chapter 06, NNI only where it is pinned.
+    """NNI and Torch-Pruning for chapter 06, NNI only where it is pinned.
 
-    ``imports``: the probe's {module: error}; None when it did not run (then only ``versions`` are read)."""
-    wanted, tried = wanted_imports(left_out), imports is not None
-    if not tried:
-        imports = {m: "not installed" for m in wanted if versions.get(IMPORTS[m]) in (None, "not installed")}
-    bad = sorted((m, imports[m]) for m in wanted if imports.get(m))
+    ``imports``: the probe's {module: error}; None when it did not run (the pins check reports what is missing)."""
+    wanted, errors = wanted_imports(left_out), imports or {}
+    bad = [f"{m} does not import: {errors[m]}" for m in wanted if errors.get(m)]
     if bad:
-        return Check("nni + torch-pruning", "warn", "; ".join(f"{m} does not import: {e}" for m, e in bad),
+        return Check("nni + torch-pruning", "warn", "; ".join(bad),
                      "run `make setup`; chapter 06 needs " + ("both" if len(wanted) > 1 else "Torch-Pruning"))
-    pruning = f"Torch-Pruning {versions.get('torch-pruning')}"
-    if "nni" in left_out:
-        how = "imports" if tried else "is installed (import not tried)"
-        return _ok("nni + torch-pruning", f"{pruning} {how}; NNI is not pinned on this platform (see limit nni)")
-    how = "import" if tried else "installed (import not tried)"
-    return _ok("nni + torch-pruning", f"NNI {versions.get('nni')} (archived upstream; chapter 06 uses its pruners) "
-                                      f"and {pruning} {how}")
+    found = " and ".join(f"{IMPORTS[m]} {versions.get(IMPORTS[m])}" for m in wanted)
+    return _ok("nni + torch-pruning", found + (" import" if imports is not None else " (import not tried)"))
 
 
-def check_allocators(found: dict[str, str | None], system: str = "Linux") -> Check:
-    """jemalloc / tcmalloc, the memory allocators chapter 04 can preload (Linux: LD_PRELOAD)."""
-    if system != "Linux":
-        return _ok("allocators", f"not looked for on {system}: chapter 04 preloads them with LD_PRELOAD, on Linux only "
-                                 "(see the limits)")
+def check_allocators(found: dict[str, str | None]) -> Check:
+    """jemalloc / tcmalloc, the allocators chapter 04 preloads with LD_PRELOAD (judged on Linux only)."""
     have = sorted(k for k, v in found.items() if v)
     if not have:
         return Check("allocators", "warn", "neither jemalloc nor tcmalloc is installed (chapter 04 skips that lever)",
@@ -454,19 +358,6 @@ def check_kernel(kernel: dict[str, Any]) -> Check:
                  "not the course environment: notebooks would miss the pins",
                  "remove the stray kernelspec (`jupyter kernelspec list`, then `jupyter kernelspec remove python3`) "
                  "and start JupyterLab with `make lab`")
-
-
-def check_datasets(source: str, cached: dict[str, bool], online: bool | None) -> Check:
-    """Real datasets on disk, or the machine online to download them; the stand-in needs neither."""
-    lack = ", ".join(sorted(k for k, v in cached.items() if not v))
-    if not lack:
-        return _ok("datasets", f"cached: {', '.join(sorted(cached))}")
-    if source == "standin":
-        return _ok("datasets", f"COURSE_DATA=standin: chapters use the synthetic stand-in (not cached: {lack})")
-    if online:
-        return _ok("datasets", f"not cached yet: {lack}; they download on first use (about 200 MB)")
-    return Check("datasets", "warn", f"not cached and the download hosts are unreachable: {lack}",
-                 "put the files in COURSE_DATA_DIR (see README), or run with COURSE_DATA=standin")
 
 
 def _graded(name: str, value: float, message: str, fail: tuple[float, str], warn: tuple[float, str]) -> Check:
@@ -539,7 +430,7 @@ def check_compiler(compiler: dict[str, Any], system: str = "Linux") -> Check:
                                "and Python.h: torch.compile can build CPU kernels")
 
 
-def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> list[Check]:
+def check_platform(plat: dict[str, Any]) -> list[Check]:
     """The platform, then one ``limit ...`` warning per thing the course cannot do there (docs/hardware.md)."""
     system, label = plat.get("system", ""), platform_label(plat)
     limits = []
@@ -553,16 +444,7 @@ def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> li
                   "Intel OpenMP, jemalloc or tcmalloc", "those comparisons need Linux"),
             Check("limit torchrun", "warn", "torchrun on macOS: gloo is the only backend and the course's CI does not "
                   "run the torchrun chapters there", "for results like the chapters' run them on Linux"),
-            Check("limit mps", "warn", f"Apple GPU (mps) {'found' if 'mps' in accelerators else 'not found'}: "
-                  "chapters that pick a device use mps when present, and the course's CI does not run the MPS paths",
-                  "if a result looks wrong, compare with the CPU (`DEVICE=cpu`); the parity check compares mps "
-                  "with it"),
         ]
-        release = tuple(int(p) for p in re.findall(r"\d+", plat.get("macos") or "")[:1])
-        if release and release < (14,):
-            limits.append(Check("limit macOS", "warn", f"macOS {plat['macos']}: the pins are resolved for macOS 14 "
-                                "or later (`make platforms`); older releases are not checked",
-                                "update macOS to 14 or later"))
     if system == "Windows":
         limits.append(Check("limit windows", "warn", "Windows: make, torchrun's launches and mpirun need a Linux shell",
                             "use WSL2 (`wsl --install`, Ubuntu) and run the course there"))
@@ -571,36 +453,28 @@ def check_platform(plat: dict[str, Any], accelerators: Sequence[str] = ()) -> li
         head = Check("platform", "warn", f"{where} is not one of the platforms the pins are checked on "
                      f"({', '.join(sorted(set(PLATFORM_LABELS.values())))}); `make setup` may fail here",
                      "use one of those platforms; `make platforms` resolves the pins for each")
-    elif limits:
-        head = _ok("platform", f"{where}: the course runs with {len(limits)} limit(s), listed below")
     else:
-        head = _ok("platform", f"{where}: no platform limits (IPEX: see the ipex check)")
+        head = _ok("platform", f"{where}: {len(limits) or 'no'} platform limit(s){', listed below' if limits else ''}")
     return [head, *limits]
 
 
 def judge(facts: dict[str, Any]) -> list[Check]:
     """Every check, from facts shaped like ``gather()``'s (after a torch that does not import, the first three)."""
     py = facts["python"]
-    checks = [check_python(py["version"], py.get("requires"), py.get("prefix", ""), py.get("course_env", True),
+    checks = [check_python(py["version"], py["supported"], py.get("prefix", ""), py.get("course_env", True),
                            py.get("executable", "")),
               check_pins(facts.get("pins", [])), check_torch_build(facts.get("torch", {}))]
     if "fingerprint" not in facts:
         return checks
-    plat, fingerprint, data = facts["platform"], facts["fingerprint"], facts["datasets"]
+    plat, fingerprint = facts["platform"], facts["fingerprint"]
     system = plat.get("system", "Linux")
+    allocators = [check_allocators(facts["allocators"])] if system == "Linux" else []  # elsewhere: a limit
     return [*checks, *check_devices(facts["devices"]), check_cpu(fingerprint),
-            check_isa(facts["isa"], plat.get("machine", "x86_64"), system), check_openmp(fingerprint.get("openmp", [])),
-            check_compiler(facts["compiler"], system), *check_platform(plat, [d["name"] for d in facts["devices"]]),
-            check_ipex(facts["ipex_env"], plat, facts.get("ipex_pins")),
+            check_isa(facts["isa"], plat.get("machine", "x86_64"), system), check_compiler(facts["compiler"], system),
+            *check_platform(plat), check_ipex(facts["ipex_env"], plat),
             check_pruning(facts.get("imports"), fingerprint.get("versions", {}), plat.get("left_out", [])),
-            check_allocators(facts["allocators"], system), check_mpirun(*facts["mpirun"], system=system),
-            check_kernel(facts["kernel"]), check_datasets(data["source"], data["cached"], data["online"]),
+            *allocators, check_mpirun(*facts["mpirun"], system=system), check_kernel(facts["kernel"]),
             check_memory(facts["memory"]["available"], facts["memory"]["total"]), check_disk(facts["disk"])]
-
-
-def exit_status(checks: Sequence[Check]) -> int:
-    """1 when any check failed (the course cannot run as set up), else 0."""
-    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 def report(checks: Sequence[Check], fingerprint: dict[str, Any]) -> dict[str, Any]:
@@ -647,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     path, here = path.resolve(), Path.cwd().resolve()
     text = f"{format_checks(checks)}\nwrote {path.relative_to(here) if path.is_relative_to(here) else path}"
     print(workshop.redact_text(text, all_paths=False) + f" in {time.perf_counter() - start:.0f} s")
-    return exit_status(checks)
+    return 1 if any(c.status == "fail" for c in checks) else 0
 
 
 if __name__ == "__main__":

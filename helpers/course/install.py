@@ -3,10 +3,10 @@
 The XPU and IPEX environments' install steps, the default one's key, the pins' check on other platforms and a build
 under a lock. Standard library only: the system python3 runs it. Why: docs/environments.md."""
 
-from __future__ import annotations
-
 import argparse
+import contextlib
 import hashlib
+import importlib.util
 import json
 import os
 import platform
@@ -57,28 +57,23 @@ def course_requirements(pyproject: Path | str = PYPROJECT) -> list[str]:
 
 def xpu_plan(pyproject: Path | str = PYPROJECT) -> tuple[list[str], list[str]]:
     """The course's pins for the XPU environment: (torch and torchvision, from the XPU index; the rest, from PyPI)."""
-    torch_versions: dict[str, str | None] = {}
-    rest = []
-    for line in course_requirements(pyproject):
+    torch_requirements, rest = [], []
+    for line in course_requirements(pyproject):  # every pin is name==version (tests/test_environment.py)
         name, version, marker = parse_pin(line)
         if name in FROM_TORCH_INDEX:
-            torch_versions[name] = version
+            torch_requirements.append(f"{name}=={version}")
         else:
             rest.append(name + (f"; {marker}" if marker else "") if name in UNPINNED else line.strip())
-    unpinned = [n for n in FROM_TORCH_INDEX if not torch_versions.get(n)]
-    if unpinned:
-        raise InstallError(f"pyproject.toml must pin {' and '.join(unpinned)} with == (name==version)")
-    return [f"{n}=={v}" for n, v in torch_versions.items()], rest
+    return torch_requirements, rest
 
 
 def _pip_install(python: str, *args: str) -> list[str]:
     return [python, "-m", "pip", "install", "--quiet", *args]
 
 
-def xpu_commands(python: str, folder: Path | str, project: Path | str = ROOT,
-                 pyproject: Path | str = PYPROJECT) -> list[list[str]]:
+def xpu_commands(python: str, folder: Path | str, project: Path | str = ROOT) -> list[list[str]]:
     """The commands that install the XPU environment; its requirements and constraints files go to ``folder``."""
-    torch_requirements, requirements = xpu_plan(pyproject)
+    torch_requirements, requirements = xpu_plan()
     req, con = Path(folder) / "xpu-requirements.txt", Path(folder) / "xpu-constraints.txt"
     req.parent.mkdir(parents=True, exist_ok=True)
     head = "# Written by python -m helpers.course.install from pyproject.toml; do not edit (it is rewritten).\n"
@@ -107,11 +102,7 @@ def unexpected_pip_check_lines(output: str, pyproject: Path | str = PYPROJECT) -
 
 def ipex_pins(pyproject: Path | str = PYPROJECT) -> list[str]:
     """The IPEX environment's pins: ``[tool.course.ipex-environment] dependencies``."""
-    tool = tomllib.loads(Path(pyproject).read_text()).get("tool", {}).get("course", {})
-    pins = tool.get("ipex-environment", {}).get("dependencies")
-    if not pins:
-        raise InstallError("pyproject.toml has no [tool.course.ipex-environment] dependencies")
-    return list(pins)
+    return list(tomllib.loads(Path(pyproject).read_text())["tool"]["course"]["ipex-environment"]["dependencies"])
 
 
 def ipex_commands(python: str, pins: Sequence[str], project: Path | str = ROOT) -> list[list[str]]:
@@ -151,7 +142,6 @@ PLATFORMS: dict[str, str] = {  # where the default pins must install, as uv's --
     "Windows x86-64": "x86_64-pc-windows-msvc",
 }
 MACOS_TARGET = "14.0"
-IPEX_PLATFORM = "Linux x86-64"  # the one platform of the IPEX pins (IPEX publishes no other CPU wheels)
 
 
 def check_platforms(python: str = sys.executable, pyproject: Path | str = PYPROJECT) -> dict[tuple[str, str, str], str]:
@@ -159,7 +149,7 @@ def check_platforms(python: str = sys.executable, pyproject: Path | str = PYPROJ
     pins = {"default": course_requirements(pyproject), "IPEX": ipex_pins(pyproject)}
     env = {**os.environ, "MACOSX_DEPLOYMENT_TARGET": MACOS_TARGET}
     jobs = [("default", name, version) for version in supported_pythons(pyproject) for name in PLATFORMS]
-    jobs += [("IPEX", IPEX_PLATFORM, version) for version in supported_pythons(pyproject)]
+    jobs += [("IPEX", "Linux x86-64", version) for version in supported_pythons(pyproject)]  # IPEX's only one
     out = {}
     for kind, name, version in jobs:  # uv pip compile (pins on stdin) for one platform and Python, wheels only
         cmd = [python, "-m", "uv", "pip", "compile", "-", "--python-version", version, "--python-platform",
@@ -169,15 +159,10 @@ def check_platforms(python: str = sys.executable, pyproject: Path | str = PYPROJ
     return out
 
 
-def venv_python(venv: Path | str) -> Path:
-    """The Python of the venv in ``venv``."""
-    return Path(venv) / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
-
-
 def _make_lock_tool(folder: Path) -> None:
     """A venv in ``folder`` with filelock only, at the version the course pins (seconds; needs the package index)."""
-    pin = next((line for line in course_requirements() if normalize(parse_pin(line)[0]) == "filelock"), "filelock")
-    for cmd in ([sys.executable, "-m", "venv", str(folder)], _pip_install(str(venv_python(folder)), pin)):
+    pin = next((line for line in course_requirements() if parse_pin(line)[0] == "filelock"), "filelock")
+    for cmd in ([sys.executable, "-m", "venv", str(folder)], _pip_install(str(folder / "bin" / "python"), pin)):
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             raise InstallError(f"could not make the lock tool ({shlex.join(cmd)}): "
@@ -188,7 +173,7 @@ def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool)
     """The Python of ``<cache>/.lock-tool-py3.X`` (a venv with filelock), made once and renamed into place."""
     cache = Path(cache)
     final = cache / f".lock-tool-{python_tag()}"
-    python = venv_python(final)
+    python = final / "bin" / "python"  # make (and so the lock) needs Linux or macOS: WSL2 on Windows
     if python.exists() and subprocess.run([str(python), "-c", "import filelock"], capture_output=True).returncode == 0:
         return python
     cache.mkdir(parents=True, exist_ok=True)
@@ -197,13 +182,11 @@ def lock_tool(cache: Path | str, make: Callable[[Path], None] = _make_lock_tool)
     try:
         make(private)
         shutil.rmtree(final, ignore_errors=True)  # a broken one
-        try:
+        with contextlib.suppress(OSError):  # another clone's went in first: use that one
             os.rename(private, final)
-        except OSError:  # another clone's went in first: use that one
-            pass
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    return venv_python(final)
+    return python
 
 
 def build_locked(venv: Path | str, command: Sequence[str], say: Callable[[str], None] = print) -> int:
@@ -212,33 +195,27 @@ def build_locked(venv: Path | str, command: Sequence[str], say: Callable[[str], 
 
     venv = Path(venv)
     path = venv.with_name(venv.name + ".lock")
-    what = f"the build of {venv}"
-    try:
-        with locks.hold(path, wait=0, what=what):
-            return _build(venv, command, say, waited=False)
-    except locks.Held:
-        say(f"Another `make setup` is building {venv} ({locks.describe(locks.holder(path))}): "
-            "waiting for it to finish, then reusing it")
-    with locks.hold(path, wait=None, what=what):
-        return _build(venv, command, say, waited=True)
-
-
-def _build(venv: Path, command: Sequence[str], say: Callable[[str], None], waited: bool) -> int:
-    if (venv / ".installed").exists():
-        say(f"{venv} is ready (built by the other run): reusing it")
-        return 0
-    if waited:
-        say(f"The other run did not finish {venv}: building it here")
-    return subprocess.run(list(command)).returncode
+    waited = False
+    while True:
+        try:
+            with locks.hold(path, wait=None if waited else 0, what=f"the build of {venv}"):
+                if (venv / ".installed").exists():
+                    say(f"{venv} is ready (built by the other run): reusing it")
+                    return 0
+                if waited:
+                    say(f"The other run did not finish {venv}: building it here")
+                return subprocess.run(list(command)).returncode
+        except locks.Held:
+            say(f"Another `make setup` is building {venv} ({locks.describe(locks.holder(path))}): "
+                "waiting for it to finish, then reusing it")
+            waited = True
 
 
 def _lock(argv: Sequence[str], args: argparse.Namespace) -> int:
     command = args.build[1:] if args.build[:1] == ["--"] else args.build
     if not command:
         raise InstallError("python -m helpers.course.install lock needs the build command after --")
-    try:
-        import filelock  # noqa: F401, PLC0415
-    except ImportError:  # the system python3: take the lock in the lock tool's Python, which has filelock
+    if importlib.util.find_spec("filelock") is None:  # the system python3: lock in the lock tool's Python
         tool = lock_tool(args.cache or Path(args.venv).parent)
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
         return subprocess.run([str(tool), "-m", "helpers.course.install", *argv], env=env).returncode
@@ -275,16 +252,6 @@ def _platforms() -> int:
     for label, error in failed.items():
         print(f"\n{label}:\n  " + error.replace("\n", "\n  "), file=sys.stderr)
     return 1 if failed else 0
-
-
-def _check_xpu() -> int:
-    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
-    bad = unexpected_pip_check_lines(proc.stdout + proc.stderr)
-    if bad:
-        print("pip check found problems the XPU plan does not explain:\n  " + "\n  ".join(bad), file=sys.stderr)
-        return 1
-    print("pip check: ok for the XPU environment")
-    return 0
 
 
 def _run(commands: list[list[str]], dry_run: bool = False) -> int:
@@ -336,11 +303,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "need such a machine (the rest of the course runs without them)")
         return _run(ipex_commands(sys.executable, ipex_pins(), args.project))
     if args.command == "setup":
-        print(f"XPU environment: torch/torchvision from {XPU_INDEX}")
         return _run(xpu_commands(sys.executable, args.folder, args.project), args.dry_run)
     if args.command == "environments":
         return _environments(args)
-    return _platforms() if args.command == "platforms" else _check_xpu()
+    if args.command == "platforms":
+        return _platforms()
+    proc = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
+    bad = unexpected_pip_check_lines(proc.stdout + proc.stderr)
+    if bad:
+        print("pip check found problems the XPU plan does not explain:\n  " + "\n  ".join(bad), file=sys.stderr)
+        return 1
+    print("pip check: ok for the XPU environment")
+    return 0
 
 
 if __name__ == "__main__":

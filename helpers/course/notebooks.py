@@ -1,8 +1,7 @@
 """Student copies and chapter times: ``python -m helpers.course.notebooks student|time ...``.
 
-``student`` (``make student``) writes ``notebooks/student/``: no outputs, solutions replaced by empty answer
-cells (docs/running.md). ``time NB...`` (``make execute``) rewrites each chapter's **Time:** sentence from its
-cells' stored execution times, and with ``--readme`` the guides' minutes and plans (docs/committed-outputs.md)."""
+``student`` (``make student``) writes notebooks/student/ (docs/running.md); ``time NB... [--readme GUIDE]`` rewrites
+the chapters' **Time:** sentences from their cells' times, and the guides' minutes (docs/committed-outputs.md)."""
 
 from __future__ import annotations
 
@@ -26,52 +25,28 @@ MARKDOWN_PROMPT = "**Your answer:** _(write it here; the instructor's copy of th
 KERNELSPEC = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
 CHAPTER_GLOB = "[0-9][0-9]_*.ipynb"
 _CHECK_MARKER = re.compile(r"[ \t]*#[ \t]*NBVAL_CHECK_OUTPUT\b[^\n]*")
-# Cell metadata that belongs to a run (timings) or to the solution's presentation.
-_RUN_METADATA = ("execution", "collapsed", "scrolled", "jupyter")
-
-
-def is_solution(cell: dict[str, Any]) -> bool:
-    """True when the cell carries the ``solution`` tag."""
-    return SOLUTION_TAG in cell.get("metadata", {}).get("tags", [])
+_CHECK_LINE = re.compile(r"^[ \t]*#[ \t]*NBVAL_CHECK_OUTPUT\b[^\n]*\n?", re.M)
+_RUN_METADATA = ("execution", "collapsed", "scrolled", "jupyter")  # a run's timings, a solution's presentation
 
 
 def strip_check_markers(source: str) -> str:
     """``source`` without ``# NBVAL_CHECK_OUTPUT`` markers; a line that held only the marker goes."""
-    lines = []
-    for line in source.split("\n"):
-        cleaned = _CHECK_MARKER.sub("", line)
-        if cleaned.strip() or not _CHECK_MARKER.search(line):
-            lines.append(cleaned.rstrip() if cleaned != line else line)
-    return "\n".join(lines)
-
-
-def _answer_cell(solution: dict[str, Any]) -> nbformat.NotebookNode:
-    markdown = solution["cell_type"] == "markdown"
-    cell = nbformat.v4.new_markdown_cell(MARKDOWN_PROMPT) if markdown else nbformat.v4.new_code_cell("")
-    cell["metadata"] = nbformat.NotebookNode({"tags": [ANSWER_TAG]})
-    if "id" in solution:
-        cell["id"] = solution["id"]  # keep ids unique and the copy deterministic
-    else:
-        cell.pop("id", None)
-    return cell
+    return _CHECK_MARKER.sub("", _CHECK_LINE.sub("", source))
 
 
 def student_copy(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
     """The student version of one notebook (the argument is left unchanged)."""
     nb = copy.deepcopy(notebook)
-    cells = []
     for cell in nb.cells:
-        if is_solution(cell):
-            cells.append(_answer_cell(cell))
-            continue
+        if SOLUTION_TAG in cell["metadata"].get("tags", []):  # an empty answer cell that keeps the solution's id
+            cell["metadata"] = nbformat.NotebookNode({"tags": [ANSWER_TAG]})
+            cell["source"] = MARKDOWN_PROMPT if cell["cell_type"] == "markdown" else ""
         for key in _RUN_METADATA:
-            cell.get("metadata", {}).pop(key, None)
+            cell["metadata"].pop(key, None)
         if cell["cell_type"] == "code":
             cell["outputs"] = []
             cell["execution_count"] = None
             cell["source"] = strip_check_markers("".join(cell["source"]))
-        cells.append(cell)
-    nb.cells = cells
     nb.metadata.pop("widgets", None)
     nb.metadata["kernelspec"] = nbformat.NotebookNode(dict(KERNELSPEC))
     return nb
@@ -133,10 +108,7 @@ class ChapterTime:
 def _seconds(cell: dict[str, Any]) -> float | None:
     execution = cell.get("metadata", {}).get("execution", {})
     start, end = execution.get("iopub.execute_input"), execution.get("shell.execute_reply")
-    if not (start and end):
-        return None
-    parse = lambda stamp: datetime.fromisoformat(stamp.replace("Z", "+00:00"))  # noqa: E731
-    return (parse(end) - parse(start)).total_seconds()
+    return (datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds() if start and end else None
 
 
 def _output_text(output: dict[str, Any]) -> str:
@@ -180,27 +152,18 @@ def _walk(notebook: dict[str, Any]) -> Iterator[tuple[dict[str, Any], str, bool]
 
 def measure_notebook(notebook: dict[str, Any]) -> ChapterTime:
     """The stored execution times of the code cells (optional parts apart) and the re-run rounds the outputs report."""
-    total = optional = 0.0
-    timed = reruns = 0
-    optional_ran = True
-    for cell, _, in_optional_part in _walk(notebook):
-        if cell.get("cell_type") != "code":
-            continue
-        printed = [_output_text(out) for out in cell.get("outputs", [])]
-        optional_ran &= not any(_OPTIONAL_OFF in text for text in printed)
-        reruns += sum(int(n) for text in printed for n in _RERUN_NOTE.findall(text))
-        seconds = _seconds(cell)
-        if seconds is None:
-            continue
-        timed += 1
-        total += seconds
-        optional += seconds if in_optional_part else 0.0
+    code = [(cell, optional) for cell, _, optional in _walk(notebook) if cell.get("cell_type") == "code"]
+    timed = [(seconds, optional) for cell, optional in code if (seconds := _seconds(cell)) is not None]
     if not timed:
         raise ValueError("no code cell has execution times: execute the notebook first "
                          "(make execute NB=...), then run this again")
+    printed = [_output_text(out) for cell, _ in code for out in cell.get("outputs", [])]
+    total = sum(seconds for seconds, _ in timed)
+    optional = sum(seconds for seconds, in_optional_part in timed if in_optional_part)
     compute = max(1, math.ceil(round((total - optional) / 60, 1)))  # "about N min": rounded up, at least 1
-    return ChapterTime(math.ceil(reading_minutes(notebook) - 1e-9), compute, total / 60, optional / 60, reruns,
-                       optional_ran)
+    return ChapterTime(math.ceil(reading_minutes(notebook) - 1e-9), compute, total / 60, optional / 60,
+                       sum(int(n) for text in printed for n in _RERUN_NOTE.findall(text)),
+                       not any(_OPTIONAL_OFF in text for text in printed))
 
 
 def rewrite_sentence(text: str, time: ChapterTime) -> str:
@@ -220,7 +183,6 @@ def rewrite_sentence(text: str, time: ChapterTime) -> str:
 
 def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]:
     """Measure the notebook at ``path``, rewrite its opening (unless ``check``); returns it and whether it changed."""
-    path = Path(path)
     notebook = nbformat.read(path, as_version=4)
     time = measure_notebook(notebook)
     opening = notebook["cells"][0]
@@ -233,9 +195,9 @@ def update(path: Path | str, *, check: bool = False) -> tuple[ChapterTime, bool]
 
 
 _PLAN = re.compile(r"<!-- plan: (?P<spec>[^\n]*?) -->\n\n(?P<head>\| time \| block \|\n\|---\|---\|\n)(?P<rows>(?:\|[^\n]*\|\n)*)")
-_FRONT_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>\d+)\+(?P<compute>\d+) \|(?P<rest>.*)$", re.M)
-_CHAPTER_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?P<read>\d+) \| (?P<compute>[\d.]+ \(measured[^|]*) \|(?P<rest>.*)$",
-                          re.M)
+# a chapter's row in the guide (| NN | ... | READ | X (measured) |) or on the front page (| NN | ... | READ+COMPUTE |)
+_ROW = re.compile(r"^\| (?P<nn>\d\d) \|(?P<mid>(?:[^|\n]*\|){2}) (?:(?P<front>\d+\+\d+)|\d+ \| [\d.]+ \(measured[^|]*) "
+                  r"\|(?P<rest>.*)$", re.M)
 
 
 def stated_minutes(notebook: dict[str, Any]) -> ChapterTime:
@@ -257,9 +219,7 @@ def _clock(minutes: int) -> str:
 def plan_rows(spec: str, minutes: dict[str, ChapterTime]) -> list[tuple[str, str]]:
     """The rows (time span, block) of a workshop plan ``spec``: "label=MINUTES; NN label; NN+MM label; ..."."""
     rows, now = [], 0
-    for item in (part.strip() for part in spec.split(";")):
-        if not item:
-            continue
+    for item in filter(None, map(str.strip, spec.split(";"))):
         fixed = re.fullmatch(r"(.+?)=(\d+)", item)
         chapters = re.match(r"(\d\d(?:\+\d\d)*) (.+)", item)
         if fixed:
@@ -281,23 +241,19 @@ def plan_rows(spec: str, minutes: dict[str, ChapterTime]) -> list[tuple[str, str
 def render_guide(text: str, minutes: dict[str, ChapterTime]) -> str:
     """The guide (or front page) ``text`` with its chapter minutes and plans rewritten from ``minutes`` ({NN: ...})."""
     def row(m: re.Match) -> str:
-        got = minutes.get(m.group("nn"))
+        got = minutes.get(m["nn"])
         if got is None:
-            return m.group(0)
-        compute = f"{got.measured:.1f} (measured" + (f"; {got.optional:.1f} of it optional)" if got.optional else ")")
-        return f"| {m.group('nn')} |{m.group('mid')} {got.reading} | {compute} |{m.group('rest')}"
+            return m[0]
+        optional = f"; {got.optional:.1f} of it optional" if got.optional else ""
+        said = (f"{got.reading}+{got.compute}" if m["front"]
+                else f"{got.reading} | {got.measured:.1f} (measured{optional})")
+        return f"| {m['nn']} |{m['mid']} {said} |{m['rest']}"
 
     def plan(m: re.Match) -> str:
         body = "".join(f"| {span} | {label} |\n" for span, label in plan_rows(m.group("spec"), minutes))
         return f"<!-- plan: {m.group('spec')} -->\n\n{m.group('head')}{body}"
 
-    def front(m: re.Match) -> str:
-        got = minutes.get(m.group("nn"))
-        if got is None:
-            return m.group(0)
-        return f"| {m.group('nn')} |{m.group('mid')} {got.reading}+{got.compute} |{m.group('rest')}"
-
-    return _PLAN.sub(plan, _CHAPTER_ROW.sub(row, _FRONT_ROW.sub(front, text)))
+    return _PLAN.sub(plan, _ROW.sub(row, text))
 
 
 def _student(args: argparse.Namespace) -> int:
@@ -306,35 +262,29 @@ def _student(args: argparse.Namespace) -> int:
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    solutions = sum(sum(map(is_solution, nbformat.read(Path(args.source) / p.name, as_version=4).cells))
-                    for p in written)
-    print(f"{len(written)} student copies in {written[0].parent} ({solutions} solution cells replaced by answer cells)")
+    print(f"{len(written)} student copies in {written[0].parent} (solutions replaced by empty answer cells)")
     return 0
 
 
 def _time(args: argparse.Namespace) -> int:
     minutes: dict[str, ChapterTime] = {}
-    for name in args.notebooks:
-        try:
-            time, changed = update(name)
-            if Path(name).name[:2].isdigit() and Path(name).name[:2] != "00":
-                minutes[Path(name).name[:2]] = stated_minutes(nbformat.read(name, as_version=4))
-        except (OSError, ValueError, KeyError, IndexError, nbformat.reader.NotJSONError) as exc:
-            print(f"error: {name}: {exc}", file=sys.stderr)
-            return 2
-        print(f"{name}: about {time.reading} min reading; {time.measured:.1f} min measured, "
-              f"{time.optional:.1f} optional, about {time.compute} min, {time.disturbed} -- "
-              f"{'updated' if changed else 'up to date'}")
-    for guide in args.readme:
-        try:
-            old = guide.read_text()
+    try:
+        for path in map(Path, args.notebooks):  # the chapters, then the guides: an error names the file
+            time, changed = update(path)
+            if path.name[:2].isdigit() and path.name[:2] != "00":
+                minutes[path.name[:2]] = stated_minutes(nbformat.read(path, as_version=4))
+            print(f"{path}: about {time.reading} min reading; {time.measured:.1f} min measured, "
+                  f"{time.optional:.1f} optional, about {time.compute} min, {time.disturbed} -- "
+                  f"{'updated' if changed else 'up to date'}")
+        for path in args.readme:
+            old = path.read_text()
             new = render_guide(old, minutes)
-        except (OSError, ValueError) as exc:
-            print(f"error: {guide}: {exc}", file=sys.stderr)
-            return 2
-        if new != old:
-            atomic_write_text(guide, new)
-        print(f"{guide}: {'updated' if new != old else 'up to date'}")
+            if new != old:
+                atomic_write_text(path, new)
+            print(f"{path}: {'updated' if new != old else 'up to date'}")
+    except (OSError, ValueError, KeyError, IndexError) as exc:  # nbformat's NotJSONError is a ValueError
+        print(f"error: {path}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

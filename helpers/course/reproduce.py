@@ -3,8 +3,6 @@
 Each chapter runs in its own kernel into a new folder ``results/<time>-<profile>/`` (``--resume`` continues one)
 whose ``report.md`` renders the rows the chapters append to its ``rows.jsonl``. More: docs/tools.md."""
 
-from __future__ import annotations
-
 import argparse
 import base64
 import json
@@ -155,11 +153,9 @@ def extract(executed: Path, figures: Path) -> tuple[list[str], list[str]]:
 
 
 def write_report(folder: Path, state: dict[str, Any]) -> Path:
-    """report.md (fingerprint, then per chapter its status, row tables or printed tables, figures) and rows.csv."""
+    """state.json, report.md (fingerprint, then per chapter its status, tables, figures) and rows.csv; the report."""
+    files.atomic_write_text(folder / "state.json", json.dumps(state, indent=2, default=str))
     rows = results.read_rows(folder / results.ROWS_FILE) if (folder / results.ROWS_FILE).exists() else []
-    by_chapter: dict[str, list[results.Row]] = {}
-    for r in rows:
-        by_chapter.setdefault(r.chapter, []).append(r)
     lines = [f"# Course measurements ({state['profile']} profile)", "",
              f"Started {state['started']}; {'finished' if state.get('finished') else 'in progress'}. "
              f"{state.get('data', '')}", "",
@@ -177,7 +173,7 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
             lines += ["*Not run yet.*", ""]
             continue
         lines += [f"Ran in {ch['seconds']:.0f} s. Executed notebook: `notebooks/{name}.ipynb`.", ""]
-        mine = by_chapter.pop(name[:2], [])
+        mine = [r for r in rows if r.chapter == name[:2]]
         if mine:
             lines += [workshop.render_markdown(mine, heading_level=3)]
         elif ch.get("tables"):
@@ -186,19 +182,14 @@ def write_report(folder: Path, state: dict[str, Any]) -> Path:
         else:
             lines += ["*This chapter has no table for the report.*", ""]
         lines += [f"![{img}](figures/{img})" for img in ch.get("figures", [])] + [""]
-    for chapter, rest in sorted(by_chapter.items()):  # rows of chapters not in this run's list
-        lines += [f"## Other rows: {chapter}", "", workshop.render_markdown(rest, heading_level=3)]
+    others = [r for r in rows if r.chapter not in {name[:2] for name in state["results"]}]
+    if others:  # rows of chapters not in this run's list or not finished (each table's heading names its chapter)
+        lines += ["## Other rows", "", workshop.render_markdown(others, heading_level=3)]
     if rows:
         workshop.render_csv(rows, folder / "rows.csv")
     report = folder / "report.md"
     files.atomic_write_text(report, "\n".join(lines))
     return report
-
-
-def _save(folder: Path, state: dict[str, Any]) -> Path:
-    """state.json, then the report; returns the report's path."""
-    files.atomic_write_text(folder / "state.json", json.dumps(state, indent=2, default=str))
-    return write_report(folder, state)
 
 
 def resume_command(profile: str, folder: Path | str) -> str:
@@ -244,16 +235,13 @@ def run(profile: str, *, chapters: Sequence[str] | None = None, root: Path = Pat
     profile = run_sizes.normalize(profile)
     source_data = run_sizes.data_source(profile)
     root = root.resolve()
-    if resume:
-        folder = _resume_folder(root, resume, profile)
-    else:
-        paths = chapter_notebooks(notebooks, chapters)
-        fetch_datasets(source_data)  # fail in seconds, not once per chapter, and before a folder is made
-        folder = _new_folder(root, profile)
+    folder = _resume_folder(root, resume, profile) if resume else None
+    paths = [] if resume else chapter_notebooks(notebooks, chapters)
+    fetch_datasets(source_data)  # fail in seconds, not once per chapter, and before a folder is made
+    folder = folder or _new_folder(root, profile)
     with locks.hold(folder / LOCK, wait=0, what=f"the run folder {folder}"):
         if resume:  # read under the lock: the holder before us may have changed it
             state = json.loads((folder / "state.json").read_text())
-            fetch_datasets(source_data)
         else:
             note = " (synthetic stand-in images, not the real dataset)" if source_data == "standin" else ""
             state = {"profile": profile, "data": f"profile={profile} data={source_data}{note}",
@@ -285,17 +273,17 @@ def _run_chapters(folder: Path, state: dict[str, Any]) -> None:
             tables, figures = extract(executed, folder / "figures")
             entry.update(status="done", tables=tables, figures=figures)
         except KeyboardInterrupt:  # the chapter stays unfinished: a resume runs it again
-            _save(folder, state)
+            write_report(folder, state)
             print(f"interrupted during {name}; continue with {resume_command(profile, folder)}", flush=True)
             raise
         except Exception as exc:  # a failing chapter is reported, the others still run
             entry.update(status="failed", error=failure_reason(exc))
         entry["seconds"] = time.perf_counter() - start
         state["results"][name] = entry
-        _save(folder, state)
+        write_report(folder, state)
         print(f"      {entry['status']} in {entry['seconds']:.0f} s", flush=True)
     state["finished"] = True
-    print(f"report: {_save(folder, state)}")
+    print(f"report: {write_report(folder, state)}")
 
 
 def summary(folder: Path) -> list[str]:
@@ -317,8 +305,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                    type=str.lower, choices=run_sizes.PROFILES)
     p.add_argument("--chapters", nargs="+", default=None, help="e.g. 01 02 (default: all)")
     p.add_argument("--resume", default=None, help="'latest' or a run folder to continue")
-    p.add_argument("--notebooks", type=Path, default=NOTEBOOKS,
-                   help="the folder of notebooks to run, e.g. notebooks/student (default: notebooks)")
+    p.add_argument("--notebooks", type=Path, default=NOTEBOOKS, help="the notebooks to run (e.g. notebooks/student)")
     args = p.parse_args(argv)
     try:
         folder = run(args.profile, chapters=args.chapters, resume=args.resume, notebooks=args.notebooks)

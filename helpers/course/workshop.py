@@ -1,14 +1,13 @@
 """The workshop kit: ``python -m helpers.course.workshop submit [RUN]`` and ``... pool PATHS... --out DIR``.
 
-``submit`` (``make submit``) packs one machine's latest result rows for an organiser, with no user, host or
-path in them; ``pool`` (``make pool``) puts many machines' rows side by side in ``DIR/index.md``, a figure
-per lever. Also the row reports of ``make reproduce`` and the machine classes. What and why: docs/workshop.md."""
+``submit`` (``make submit``) packs one machine's result rows without user, host or path; ``pool`` (``make pool``)
+puts many machines' side by side in ``DIR/index.md``. Also make reproduce's row reports. Why: docs/workshop.md."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import getpass
-import hashlib
 import json
 import re
 import socket
@@ -36,8 +35,7 @@ _PATHS = [re.compile(r"file://[^\s'\",;]*"), re.compile(r"(?<![\w.~<>:/])(?:/[^\
 _NAMES = (("host", "<host>"), ("host_short", "<host>"), ("user", "<user>"))
 _ISA = (("amx", "AMX"), ("native_bf16", "AVX512-BF16"), ("avx512", "AVX-512"), ("avx2", "AVX2"))
 _PER = (("step", "per step"), ("phase", "per step"), ("epoch", "per epoch"), ("iteration", "per iteration"),
-        ("batch", "per batch"), ("run", "per run"), ("total", "per run"), ("compile", "per run"),
-        ("warmup", "per run"))
+        ("batch", "per batch"))  # anything else: per run
 _QUALITY = ("accuracy", "loss", "top1", "top5", "error", "diff")
 _DATA = {"standin": "stand-in data", "real": "real data"}
 _CSV_FIELDS = ("chapter", "experiment", "variant", "metric", "unit", "median", "min", "max", "repeats",
@@ -49,18 +47,14 @@ def private_names() -> dict[str, str]:
     """This machine's names that must not leave it: user, host (and short host), home folder."""
     host = socket.gethostname()
     names = {"home": str(Path.home()), "host": host, "host_short": host.split(".")[0]}
-    try:
+    with contextlib.suppress(KeyError, OSError):  # a container's arbitrary uid has no user name
         names["user"] = getpass.getuser()
-    except (KeyError, OSError):
-        pass
     return {k: v for k, v in names.items() if v}
 
 
 def redact_text(text: str, names: dict[str, str] | None = None, *, all_paths: bool = True) -> str:
-    """``text`` without user and host names (whole words) and the home folder (``~``).
-
-    ``all_paths``: every absolute path becomes ``<path>`` too (for what leaves the machine).
-    """
+    """``text`` without user and host names (whole words) and the home folder (``~``); ``all_paths``: every
+    absolute path becomes ``<path>`` too (for what leaves the machine)."""
     names = private_names() if names is None else names
     home = names.get("home", "").rstrip("/")
     if home:
@@ -98,24 +92,18 @@ def hardware_class(fingerprint: dict[str, Any]) -> str:
     if accel:
         names = sorted(set(accel))
         return f"{len(accel)}x {names[0]}" if len(names) == 1 else " + ".join(names)
-    cores = fingerprint.get("physical_cores", "?")
-    return f"CPU {cores} cores, {isa_class(fingerprint)}"
+    return f"CPU {fingerprint.get('physical_cores', '?')} cores, {isa_class(fingerprint)}"
 
 
 def machine_key(fingerprint: dict[str, Any]) -> str:
-    """``machine_id`` when the fingerprint has one, else a hash of its hardware fields."""
-    if fingerprint.get("machine_id"):
-        return str(fingerprint["machine_id"])
-    hardware = {k: fingerprint.get(k) for k in ("cpu_model", "sockets", "physical_cores", "logical_cores",
-                                                 "numa_nodes", "bf16", "accelerators")}
-    return "hw-" + hashlib.sha256(json.dumps(hardware, sort_keys=True, default=str).encode()).hexdigest()[:12]
+    """The fingerprint's ``machine_id`` (every row ``results.make_rows`` writes has one)."""
+    return str(fingerprint.get("machine_id") or "unknown")
 
 
 def metric_label(metric: str, unit: str) -> str:
     """A header naming the unit and what one value covers, e.g. ``s per epoch`` or ``% (accuracy)``."""
     if unit in ("s", "ms", "us", "min", "h"):
-        per = next((p for key, p in _PER if key in metric.lower()), "per run")
-        return f"{unit} {per}"
+        return f"{unit} {next((per for key, per in _PER if key in metric.lower()), 'per run')}"
     return unit or "value"
 
 
@@ -140,8 +128,7 @@ def rows_table(rows: Sequence[Row]) -> Table:
 
 
 def _note(row: Row) -> str:
-    better = "lower is better" if row.lower_is_better else "higher is better"
-    parts = [f"{row.profile or '?'} profile", better]
+    parts = [f"{row.profile or '?'} profile", f"{'lower' if row.lower_is_better else 'higher'} is better"]
     if row.baseline:
         parts.append(f"ratio > 1: better than {row.baseline}, measured in the same run")
     if row.published_source:
@@ -157,23 +144,20 @@ def render_markdown(rows: Sequence[Row], heading_level: int = 3) -> str:
     groups: dict[tuple[str, str, str, str], list[Row]] = {}
     for r in rows:
         groups.setdefault((r.chapter, r.experiment, r.metric, r.unit), []).append(r)
-    out = []
-    for group in groups.values():
-        table = rows_table(group)
-        out += [f"{'#' * heading_level} {table.title}", "", table.to_markdown(), "", f"*{table.note}*", ""]
-    return "\n".join(out)
+    return "\n".join(line for group in groups.values() for line in _section(rows_table(group), heading_level))
 
 
-def render_csv(rows: Sequence[Row], path: Path | str | None = None) -> str:
-    """Rows as a flat CSV (one line per row, fingerprint as the machine's id and hardware class)."""
+def _section(table: Table, heading_level: int) -> list[str]:
+    return [f"{'#' * heading_level} {table.title}", "", table.to_markdown(), "", f"*{table.note}*", ""]
+
+
+def render_csv(rows: Sequence[Row], path: Path | str) -> Path:
+    """Rows as a flat CSV at ``path`` (one line per row, fingerprint as the machine's id and hardware class)."""
     table = Table([*_CSV_FIELDS, "machine", "hardware", "torch", "time"])
     for r in rows:
         table.add(*(getattr(r, name) for name in _CSV_FIELDS), machine_key(r.fingerprint),
                   hardware_class(r.fingerprint), r.versions.get("torch", ""), r.time)
-    text = table.to_csv()
-    if path is not None:
-        files.atomic_write_text(Path(path), text)
-    return text
+    return files.atomic_write_text(path, table.to_csv())
 
 
 class SubmitError(ValueError):
@@ -181,16 +165,16 @@ class SubmitError(ValueError):
 
 
 def rows_file(source: Path | str | None, root: Path | str) -> Path:
-    """The rows to submit: ``source`` (a rows file, a run folder's own ``rows.jsonl``), else the newest
-    ``rows.jsonl`` of a run folder under ``source`` or ``root`` (the folder's own only when it has no run)."""
-    if source is not None and not Path(source).is_dir():
-        if not Path(source).exists():
-            raise SubmitError(f"{source} does not exist")
-        return Path(source)
+    """``source`` (a rows file, a run folder's own ``rows.jsonl``), else the newest ``rows.jsonl`` of a run folder
+    under ``source`` or ``root`` (the folder's own only when it has no run)."""
     folder = Path(root if source is None else source)
+    if source is not None and not folder.is_dir():
+        if not folder.exists():
+            raise SubmitError(f"{source} does not exist")
+        return folder
     if source is not None and (folder / results.ROWS_FILE).exists():
         return folder / results.ROWS_FILE
-    found = [p for p in folder.rglob(results.ROWS_FILE) if p.stat().st_size > 0] if folder.is_dir() else []
+    found = [p for p in folder.rglob(results.ROWS_FILE) if p.stat().st_size > 0]
     found = [p for p in found if p.parent != folder] or found
     if not found:
         raise SubmitError(f"no results under {folder}: run `make reproduce` (or `make bench`) first")
@@ -202,23 +186,20 @@ def pack(rows: Sequence[Row], names: dict[str, str] | None = None) -> dict[str, 
     if not rows:
         raise SubmitError("the run has no result rows to submit")
     names = private_names() if names is None else names
+    mine = machine_id()
     fingerprints: list[dict[str, Any]] = []
     packed = []
     for r in rows:
-        fp = {"machine_id": machine_id(), **r.fingerprint}
+        fp = {"machine_id": mine, **r.fingerprint}
         if fp not in fingerprints:
             fingerprints.append(fp)
-        d = results.asdict(r)
-        del d["versions"]  # inside the fingerprint already
-        packed.append({**d, "fingerprint": fingerprints.index(fp)})
-    machines = sorted({fp["machine_id"] for fp in fingerprints})
+        row = {key: value for key, value in results.asdict(r).items() if key != "versions"}  # in the fingerprint
+        packed.append({**row, "fingerprint": fingerprints.index(fp)})
     payload = {
         "format": SUBMISSION_FORMAT, "version": SUBMISSION_VERSION, "rows_version": results.SCHEMA_VERSION,
-        "machine_id": machines[0] if len(machines) == 1 else machines,
+        "machine_id": ", ".join(sorted({fp["machine_id"] for fp in fingerprints})),
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "contents": describe(rows),
-        "chapters": dict(sorted(Counter(r.chapter for r in rows).items())),
-        "fingerprints": fingerprints, "rows": packed,
+        "contents": describe(rows), "fingerprints": fingerprints, "rows": packed,
     }
     payload = redact(payload, names, all_paths=True)
     leaks = find_leaks(json.dumps(payload), names)
@@ -240,49 +221,38 @@ def read_submission(path: Path | str) -> list[Row]:
         raise ResultsFormatError(
             f"{path.name} is a submission of format version {payload.get('version')!r}; this course reads "
             f"version {SUBMISSION_VERSION}. Update the course (git pull), or ask for a submission made with it.")
-    rows = []
-    for d in payload.get("rows", []):
-        fp = payload["fingerprints"][d["fingerprint"]]
-        rows.append(results.row_from_dict({"versions": dict(fp.get("versions", {})), **d, "fingerprint": fp}))
-    return rows
+    fps = payload["fingerprints"]
+    return [results.row_from_dict({"versions": dict(fps[d["fingerprint"]].get("versions", {})), **d,
+                                   "fingerprint": fps[d["fingerprint"]]}) for d in payload.get("rows", [])]
 
 
 def find_leaks(text: str, names: dict[str, str] | None = None) -> list[str]:
     """Which private things (user, host, home folder, an absolute path) occur in ``text``."""
     names = private_names() if names is None else names
-    leaks = [k for k in ("user", "host", "host_short")
-             if len(names.get(k, "")) >= 2 and redact_text(text, {k: names[k]}, all_paths=False) != text]
-    home = names.get("home", "")
-    if home and home != "/" and home in text:
-        leaks.append("home")
-    if redact_text(text, {}, all_paths=True) != text:
-        leaks.append("a path")
-    return leaks
+    leaks = [key for key in ("user", "host", "host_short", "home")
+             if redact_text(text, {key: names.get(key, "")}, all_paths=False) != text]
+    return leaks + (["a path"] if redact_text(text, {}) != text else [])
 
 
 def describe(rows: Sequence[Row]) -> str:
     """One paragraph saying what a submission contains."""
     experiments = sorted({f"{r.chapter}/{r.experiment}" for r in rows})
-    profiles = sorted({r.profile for r in rows})
-    data = sorted({r.data for r in rows})
-    return (f"{len(rows)} result rows ({len(experiments)} experiments: {', '.join(experiments[:12])}"
-            f"{', ...' if len(experiments) > 12 else ''}; profile {', '.join(profiles)}; data {', '.join(data)}). "
-            "Per row: chapter, experiment, variant, metric, unit, median/min/max, repeats, ratio to the baseline, "
-            "published value and ratio, profile, data source, time. Per machine, once: CPU model, sockets, cores, "
-            "NUMA nodes, instruction sets, OpenMP runtime, GPU names, OS kernel, library versions, and a salted "
-            "machine id. No user name, host name or path.")
+    listed = ", ".join(experiments[:12]) + (", ..." if len(experiments) > 12 else "")
+    per_row = [name for name in results.asdict(rows[0]) if name not in ("fingerprint", "versions")]
+    per_machine = sorted({key for r in rows for key in r.fingerprint} | {"machine_id"})
+    return (f"{len(rows)} result rows ({len(experiments)} experiments: {listed}; profile "
+            f"{', '.join(sorted({r.profile for r in rows}))}; data {', '.join(sorted({r.data for r in rows}))}). "
+            f"Per row: {', '.join(per_row)}. Per machine, once: {', '.join(per_machine)} (the machine id is a salted "
+            "hash). No user name, host name or path.")
 
 
-def submit(source: Path | str | None = None, out: Path | str | None = None,
-           root: Path | str | None = None) -> tuple[Path, dict[str, Any]]:
-    """Write the submission file; returns its path and payload."""
-    root = Path(root) if root is not None else results.results_dir()
+def submit(source: Path | str | None = None, out: Path | str | None = None) -> tuple[Path, dict[str, Any]]:
+    """Write the submission file (by default into ``results.results_dir()``); returns its path and payload."""
+    root = results.results_dir()
     payload = pack(results.read_rows(rows_file(source, root)))
-    machine = payload["machine_id"] if isinstance(payload["machine_id"], str) else "several"
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    target = Path(out) if out is not None else root / f"submission-{machine[:8]}-{stamp}.json"
-    files.atomic_write_text(target, json.dumps(payload, indent=1, sort_keys=True) + "\n")
-    return target, payload
+    name = f"submission-{payload['machine_id'][:8]}-{datetime.now():%Y%m%d-%H%M%S}.json"
+    target = Path(out) if out is not None else root / name
+    return files.atomic_write_text(target, json.dumps(payload, indent=1, sort_keys=True) + "\n"), payload
 
 
 def find_inputs(path: Path | str) -> list[Path]:
@@ -301,18 +271,15 @@ def find_inputs(path: Path | str) -> list[Path]:
 
 def load(paths: Iterable[Path | str]) -> list[Row]:
     """All rows from ``paths`` (files or folders); the same row read twice counts once."""
-    rows: list[Row] = []
-    seen: set[str] = set()
-    inputs = sorted({p.resolve() for given in paths for p in find_inputs(given)})
-    for n, path in enumerate(inputs):
+    rows: dict[str, Row] = {}
+    for n, path in enumerate(sorted({p.resolve() for given in paths for p in find_inputs(given)})):
         for r in read_submission(path) if path.suffix == ".json" else results.read_rows(path):
             key = json.dumps([machine_key(r.fingerprint), r.chapter, r.experiment, r.variant, r.metric,
                               r.unit, r.time, r.median, r.min, r.max, r.repeats], default=str)
-            if key not in seen:
-                seen.add(key)
+            if key not in rows:
                 r.extra = {**r.extra, POOLED_FROM: n}  # which input it came from (counts runs per machine)
-                rows.append(r)
-    return rows
+                rows[key] = r
+    return list(rows.values())
 
 
 @dataclass
@@ -385,31 +352,30 @@ def levers_of(rows: Sequence[Row]) -> list[Lever]:
         groups.setdefault((r.chapter, r.experiment, r.metric, r.unit, r.profile), []).append(r)
     levers = []
     for key, group in sorted(groups.items()):
-        baselines = sorted({r.baseline for r in group if r.baseline})
-        lever = Lever(*key, baseline=baselines[0] if baselines else None, lower_is_better=group[0].lower_is_better,
-                      published_source=next((r.published_source for r in group if r.published_source), None))
+        lever = Lever(*key, baseline=min((r.baseline for r in group if r.baseline), default=None),
+                      lower_is_better=group[0].lower_is_better,
+                      published_source=next((r.published_source for r in group if r.published_source), None),
+                      data={r.data for r in group})
         lever.variants = sorted(dict.fromkeys(r.variant for r in group), key=lambda v: v != lever.baseline)
+        lever.published = {r.variant: pub for r in reversed(group)  # the first row's published figure
+                           if (pub := r.published_ratio if lever.baseline else r.published) is not None}
         per: dict[tuple[str, str], list[Row]] = {}
         for r in group:
             per.setdefault((machine_key(r.fingerprint), r.variant), []).append(r)
-            lever.data.add(r.data)
-            pub = r.published_ratio if lever.baseline else r.published
-            if pub is not None:
-                lever.published.setdefault(r.variant, pub)
         for (machine, variant), rs in per.items():
             lever.cells[(machine, variant)] = Cell(statistics.median(r.median for r in rs), min(r.min for r in rs),
                                                    max(r.max for r in rs), [v for r in rs for v in r.values])
-        for (machine, variant), cell in lever.cells.items():
+        for (machine, _), cell in lever.cells.items():
             base = lever.cells.get((machine, lever.baseline))
             if base is not None:  # a machine without the baseline gets no ratio
-                _judge(cell, base, lever, variant == lever.baseline)
+                _judge(cell, base, lever)
         levers.append(lever)
     return levers
 
 
-def _judge(cell: Cell, base: Cell, lever: Lever, is_baseline: bool) -> None:
+def _judge(cell: Cell, base: Cell, lever: Lever) -> None:
     """``helpers.measure.verdict``'s ratio and interval over paired rounds; unpaired ratios are unclear."""
-    if is_baseline:
+    if cell is base:
         cell.ratio = 1.0
     elif len(base.values) == len(cell.values) > 0 and min(base.values + cell.values) > 0:
         v = verdict(base.values, cell.values, higher_is_better=not lever.lower_is_better)
@@ -437,19 +403,19 @@ def lever_table(lever: Lever, machines: dict[str, Machine]) -> Table:
     order = [m for m in machines.values() if any(key == m.key for key, _ in lever.cells)]
     label = metric_label(lever.metric, lever.unit)
     what = f"ratio vs {lever.baseline} (x)" if lever.baseline else f"median ({label})"
+    data = ", ".join(sorted({_DATA.get(d, "no data set") for d in lever.data}))
+    source = f"; published: {lever.published_source}" if lever.published_source else ""
     table = Table(["variant", *(f"{m.label} [{m.hardware}] {what}" for m in order),
-                   "published ratio (x)" if lever.baseline else f"published ({label})"])
+                   "published ratio (x)" if lever.baseline else f"published ({label})"], title=lever.title(),
+                  note=f"{'lower' if lever.lower_is_better else 'higher'} is better; {data}{source}")
     for v in lever.variants:
-        row: list[Any] = [v]
-        for m in order:
-            cell = lever.cells.get((m.key, v))
-            if cell is None or (lever.baseline and cell.ratio is None):
-                row.append(None)
-            elif lever.baseline:
-                row.append(f"{fmt(cell.ratio)}{' ' + UNCLEAR if cell.unclear else ''}")
-            else:
-                row.append(f"{fmt(cell.median)} ({fmt(cell.min)} to {fmt(cell.max)})")
-        table.add(*row, lever.published.get(v))
+        cells = [lever.cells.get((m.key, v)) for m in order]
+        if lever.baseline:
+            shown = [f"{fmt(c.ratio)}{' ' + UNCLEAR if c.unclear else ''}" if c and c.ratio is not None else None
+                     for c in cells]
+        else:
+            shown = [f"{fmt(c.median)} ({fmt(c.min)} to {fmt(c.max)})" if c else None for c in cells]
+        table.add(v, *shown, lever.published.get(v))
     return table
 
 
@@ -462,25 +428,17 @@ def lever_figure(lever: Lever, machines: dict[str, Machine], path: Path) -> Path
     fig = Figure(figsize=(max(6.0, 1.2 * len(lever.variants) * max(1, len(order)) ** 0.5 + 2), 4.2))
     ax = fig.add_subplot()
     width = 0.8 / max(1, len(order))
-    for j, m in enumerate(order):
-        xs, ys, lo, hi, unclear = [], [], [], [], []
-        for i, v in enumerate(lever.variants):
-            cell = lever.cells.get((m.key, v))
-            value = None if cell is None else (cell.ratio if lever.baseline else cell.median)
-            if value is None:
-                continue
-            low = cell.ratio_low if lever.baseline else cell.min
-            high = cell.ratio_high if lever.baseline else cell.max
-            xs.append(i - 0.4 + width * (j + 0.5))
-            ys.append(value)
-            lo.append(max(0.0, value - low) if low is not None else 0.0)
-            hi.append(max(0.0, high - value) if high is not None else 0.0)
-            unclear.append(cell.unclear)
-        first_of_class = all(o.hardware != m.hardware for o in order[:j])
-        bars = ax.bar(xs, ys, width=width * 0.9, color=colour[m.hardware], yerr=[lo, hi], capsize=2,
-                      label=m.hardware if first_of_class else None)
-        for bar, vague in zip(bars, unclear):
-            if vague:  # the verdict does not call it: hatched, like the "~" in the table
+    for j, m in enumerate(order):  # machines come sorted by hardware class: one legend entry per class
+        shown = [(i, cell) for i, v in enumerate(lever.variants)
+                 if (cell := lever.cells.get((m.key, v))) and (cell.ratio is not None or not lever.baseline)]
+        spans = [(c.ratio, c.ratio_low, c.ratio_high) if lever.baseline else (c.median, c.min, c.max) for _, c in shown]
+        errors = [[max(0.0, value - low) if low is not None else 0.0 for value, low, _ in spans],
+                  [max(0.0, high - value) if high is not None else 0.0 for value, _, high in spans]]
+        bars = ax.bar([i - 0.4 + width * (j + 0.5) for i, _ in shown], [value for value, _, _ in spans],
+                      width=width * 0.9, color=colour[m.hardware], yerr=errors, capsize=2,
+                      label=None if j and order[j - 1].hardware == m.hardware else m.hardware)
+        for bar, (_, cell) in zip(bars, shown):
+            if cell.unclear:  # the verdict does not call it: hatched, like the "~" in the table
                 bar.set_hatch("//")
     pubs = [(i, lever.published[v]) for i, v in enumerate(lever.variants) if v in lever.published]
     if pubs:
@@ -520,22 +478,12 @@ def write_index(rows: Sequence[Row], out: Path | str) -> Path:
     for n, lever in enumerate(levers, 1):
         name = re.sub(r"[^A-Za-z0-9]+", "-", f"{n:02d} {lever.title()}").strip("-").lower()[:80]
         figure = lever_figure(lever, machines, out / "figures" / f"{name}.png")
-        data = ", ".join(sorted({_DATA.get(d, "no data set") for d in lever.data}))
-        source = f"; published: {lever.published_source}" if lever.published_source else ""
-        lines += [f"### {lever.title()}", "", lever_table(lever, machines).to_markdown(), "",
-                  f"*{'lower' if lever.lower_is_better else 'higher'} is better; {data}{source}*", "",
-                  f"![{lever.title()}](figures/{figure.name})", ""]
-    index = out / "index.md"
-    files.atomic_write_text(index, "\n".join(lines))
-    return index
+        lines += [*_section(lever_table(lever, machines), 3), f"![{lever.title()}](figures/{figure.name})", ""]
+    return files.atomic_write_text(out / "index.md", "\n".join(lines))
 
 
 def _submit(args: argparse.Namespace) -> int:
-    try:
-        target, payload = submit(args.source, args.out)
-    except (SubmitError, results.ResultsFormatError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    target, payload = submit(args.source, args.out)
     shown = target.name if target.parent.resolve() == results.results_dir().resolve() else target
     print(f"wrote {redact_text(str(shown), all_paths=False)} ({target.stat().st_size / 1024:.0f} KB) for machine "
           f"{payload['machine_id']}")
@@ -546,12 +494,8 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _pool(args: argparse.Namespace) -> int:
-    try:
-        rows = load(args.paths)
-        index = write_index(rows, args.out)
-    except (ResultsFormatError, FileNotFoundError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    rows = load(args.paths)
+    index = write_index(rows, args.out)
     figures = len(list((Path(args.out) / "figures").glob("*.png")))
     print(f"pooled {len(rows)} rows from {len(machines_of(rows))} machine(s): {index} and {figures} figure(s)")
     return 0
@@ -568,7 +512,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool.add_argument("paths", nargs="+", help="submissions, make reproduce / make bench folders, rows.jsonl files")
     pool.add_argument("--out", required=True, help="folder for index.md and the figures")
     args = p.parse_args(argv)
-    return _submit(args) if args.command == "submit" else _pool(args)
+    try:
+        return _submit(args) if args.command == "submit" else _pool(args)
+    except (ValueError, FileNotFoundError) as exc:  # SubmitError, ResultsFormatError, no inputs: one line
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -74,25 +74,17 @@ def build_model(name: str, *, size: tuple[int, int] | None = None, checkpoint: s
         except ValueError as exc:
             raise DeployError(f"{exc} Also: {', '.join(BOOK_MODELS)}, {BLOG_MODEL}.") from None
         shape, label = (3, *(size or (224, 224))), f"torchvision {name}"
-    if checkpoint is not None:
-        load_weights(model, checkpoint)
-        label += f", trained weights from {Path(checkpoint).name}"
-    else:
-        label += ", random weights"
-    return ModelSpec(name, model.eval(), shape, label)
+    if checkpoint is None:
+        return ModelSpec(name, model.eval(), shape, label + ", random weights")
+    from ..checkpoints import load_checkpoint  # a helpers.checkpoints dict whose "model" is the state_dict
 
-
-def load_weights(model: nn.Module, path: str | Path) -> None:
-    """Load a helpers.checkpoints checkpoint (a dict whose "model" is the state_dict) into ``model``."""
-    from ..checkpoints import load_checkpoint
-
-    state = load_checkpoint(path)
     try:
-        model.load_state_dict(state["model"])
+        model.load_state_dict(load_checkpoint(checkpoint)["model"])
     except RuntimeError as exc:
         first = str(exc).splitlines()[1:2] or [str(exc)[:200]]
-        raise DeployError(f"Checkpoint {Path(path).name} does not fit this model ({first[0].strip()}); "
+        raise DeployError(f"Checkpoint {Path(checkpoint).name} does not fit this model ({first[0].strip()}); "
                           "pass the --model the checkpoint was trained with.") from None
+    return ModelSpec(name, model.eval(), shape, label + f", trained weights from {Path(checkpoint).name}")
 
 
 def fixed_batch(input_shape: tuple[int, ...], batch: int, seed: int = 0) -> np.ndarray:
@@ -103,8 +95,7 @@ def fixed_batch(input_shape: tuple[int, ...], batch: int, seed: int = 0) -> np.n
 
 @dataclass
 class EngineResult(measure.Result):
-    """One engine's ``measure.Result`` (latency per round as samples, first calls as warm-up), with the
-    comparison's ``measure.Rounds``, shared by its engines."""
+    """One engine's ``measure.Result`` (latency per round as samples, first calls as warm-up) and the shared rounds."""
 
     rounds: measure.Rounds | None = None
 
@@ -217,10 +208,9 @@ def compare(spec: ModelSpec, *, batch: int = 1, engines: str | Sequence[str] = E
 
 def verdict(found: Sequence[EngineResult], name: str, baseline: str | None = None) -> measure.Verdict:
     """The verdict of engine ``name`` against ``baseline`` (default: the first), from their shared rounds."""
-    by = {r.name: r for r in found}
-    for wanted in (baseline, name):
-        if wanted is not None and wanted not in by:
-            raise DeployError(f"no engine {wanted!r} among {', '.join(by)}")
+    names = [r.name for r in found]
+    for wanted in {baseline, name} - {None, *names}:
+        raise DeployError(f"no engine {wanted!r} among {', '.join(names)}")
     return found[0].rounds.verdict(name, baseline or found[0].name)  # DISTURBED everywhere when the A/A arm failed
 
 

@@ -29,21 +29,6 @@ def short_name(report: dict[str, Any]) -> str:
     return str(report["model"]).replace("\\", "/").rsplit("/", 1)[-1]
 
 
-def busy_note(report: dict[str, Any]) -> str:
-    """A warning when other processes took CPU time during the confirmation rounds ('' otherwise)."""
-    conf = report["best"].get("confirmed") or {}
-    if not conf.get("reruns"):
-        return ""
-    return (f"Note: {conf['reruns']} confirmation round(s) were measured again because other processes took "
-            "CPU time while they ran; on a quiet machine the verdict is more often decisive.")
-
-
-def confirmation_ran(report: dict[str, Any]) -> bool:
-    """True when interleaved confirmation rounds were measured (for any setting, hints included)."""
-    conf = report.get("confirmation") or {}
-    return bool(conf.get("arms")) and int(conf.get("rounds") or 0) > 0
-
-
 def _span(v: dict[str, Any]) -> str:
     return "-" if v.get("reason") else f"{v['low']:.2f}-{v['high']:.2f}"
 
@@ -121,7 +106,7 @@ def recommendation_line(report: dict[str, Any]) -> str:
                 "seconds before reading it as \"keep PyTorch's defaults\".")
     elif conf.get("disturbed"):
         line += ": the confirmation rounds were disturbed, so they give no conclusion."
-    elif confirmation_ran(report) and cand:
+    elif conf.get("arms") and conf.get("rounds") and cand:  # confirmation rounds ran, hints included
         line += ": nothing that could be recommended was confirmed faster."
     else:
         line += "."
@@ -297,8 +282,10 @@ def summary(report: dict[str, Any]) -> str:
     conf = report.get("confirmation") or {}
     if conf.get("arms") or conf.get("left_out"):
         lines += ["", str(confirmation_table(report))]
-    note = busy_note(report)
-    lines += ["", confirmation_line(report), *([note] if note else []), recommendation_line(report)]
+    reruns = (best.get("confirmed") or {}).get("reruns")
+    busy = [f"Note: {reruns} confirmation round(s) were measured again because other processes took CPU time while "
+            "they ran; on a quiet machine the verdict is more often decisive."] if reruns else []
+    lines += ["", confirmation_line(report), *busy, recommendation_line(report)]
     lines += diagnosis_lines(report) + hint_lines(report)
     if not best["levers"]:
         return "\n".join(lines)

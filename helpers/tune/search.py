@@ -21,12 +21,13 @@ from .. import devices, measure, processes, variants
 from . import report as tune_report
 from .report import AA, INCONCLUSIVE, NO_CANDIDATE_REASON, ONLY_HINTS_REASON
 from .levers import DEFAULT_COMPILE_S, KINDS, by_diagnosis, changes_training, child_env, diagnosis_record, label, plan_levers
-from .trial import ModelSpecError, TuneError, load_workload
+from .trial import TuneError, load_workload
 
 Runner = Callable[[dict[str, Any], float], dict[str, Any]]
 FORMAT_VERSION = 4  # 4: a top-level "diagnosis"; best.confirmed.word may be "inconclusive (budget)"
 REPORT_RESERVE_S = 4.0  # kept back from the budget for the table, figure and files
 MIN_GAIN = measure.MIN_EFFECT  # a lever "wins" a trial when it is at least 2% faster than the baseline
+LOSS_TOL = 0.05  # the accuracy guard: the loss after the guard steps within 5% of the starting loss of the baseline's
 NEAR_MISS = 0.75  # a single lever this close to the baseline in its one trial is confirmed too (docs/tools.md)
 BATCH_GUARD = ("untested: the batch lever repeats your one batch, so its loss equals the baseline's by "
                "construction; check accuracy on your real data")
@@ -57,7 +58,7 @@ def subprocess_runner(request: dict[str, Any], timeout: float) -> dict[str, Any]
 
 
 def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: int, guard_steps: int,
-               base_raw: dict[str, Any] | None, loss_tol: float, stage: str, wall_s: float) -> dict[str, Any]:
+               base_raw: dict[str, Any] | None, stage: str, wall_s: float) -> dict[str, Any]:
     """A tune.json trial from a child's raw result: projected total time, loss check against the baseline."""
     trial: dict[str, Any] = {"label": label(levers), "levers": dict(levers), "stage": stage, "ok": bool(raw.get("ok")),
                              "step_ms": None, "spread_ms": None, "warmup_s": raw.get("warmup_s"), "total_s": None,
@@ -76,10 +77,10 @@ def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: in
     trial["guard"] = "checked"
     if levers.get("batch"):
         trial["guard"] = BATCH_GUARD
-    elif trial["loss_diff"] > loss_tol:
+    elif trial["loss_diff"] > LOSS_TOL:
         trial["ok"] = False
         trial["error"] = (f"accuracy guard: the loss after {guard_steps} steps differs from the baseline's by "
-                          f"{trial['loss_diff']:.1%} of the starting loss (tolerance {loss_tol:.0%})")
+                          f"{trial['loss_diff']:.1%} of the starting loss (tolerance {LOSS_TOL:.0%})")
     return trial
 
 
@@ -87,12 +88,11 @@ class _Search:
     """The state of one search: budget clock, trials so far, cost estimates."""
 
     def __init__(self, request: dict[str, Any], budget: float, runner: Runner, planned_steps: int,
-                 loss_tol: float, progress: bool, start: float, confirm_rounds: int = 0, diagnose: bool = True) -> None:
+                 progress: bool, start: float, confirm_rounds: int = 0, diagnose: bool = True) -> None:
         from tqdm.auto import tqdm  # noqa: PLC0415
 
         self.request, self.budget, self.runner = request, budget, runner
-        self.planned_steps, self.loss_tol = planned_steps, loss_tol
-        self.start = start
+        self.planned_steps, self.start = planned_steps, start
         self.confirm_rounds, self.diagnose = confirm_rounds, diagnose
         self.trials: list[dict[str, Any]] = []
         self.skipped: list[dict[str, Any]] = []
@@ -165,7 +165,7 @@ class _Search:
                                          "so it ran again without; trials keep the plan's order"}
         wall = time.perf_counter() - t0 - float(raw.get("diagnosis_s") or 0.0)
         trial = make_trial(levers, raw, planned_steps=self.planned_steps, guard_steps=self.request["guard_steps"],
-                           base_raw=self.base_raw, loss_tol=self.loss_tol, stage=stage, wall_s=wall)
+                           base_raw=self.base_raw, stage=stage, wall_s=wall)
         trial["child_s"] = raw.get("child_s")
         if self.base_raw is None and raw.get("ok"):
             self.base_raw, self.base_wall = raw, wall
@@ -245,9 +245,8 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
 
 
 def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget: float = 300.0,
-         out: str | Path | None = None, kinds: Sequence[str] | None = None, loss_tol: float = 0.05,
-         guard_steps: int = 10, repeats: int = 3, block_s: float = 0.25, seed: int = 0,
-         runner: Runner | None = None, progress: bool = True, chapter: str = "tune",
+         out: str | Path | None = None, kinds: Sequence[str] | None = None, guard_steps: int = 10, repeats: int = 3,
+         block_s: float = 0.25, runner: Runner | None = None, progress: bool = True, chapter: str = "tune",
          started: float | None = None, confirm_rounds: int | None = None, diagnose: bool = True) -> dict[str, Any]:
     """Search the levers for ``model`` (``FILE.py:FUNC``); the tune.json report, also written to ``out``.
     ``runner``: trials in this process (tests); ``started``: the ``time.perf_counter()`` the budget counts from."""
@@ -256,14 +255,13 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
         raise TuneError("planned_steps and budget must be positive, guard_steps >= 2 and repeats >= 1")
     try:
         dev = devices.get_device(device)
-        work = load_workload(model, seed)  # checked here, once, so errors are clear and immediate
-    except (devices.DeviceError, ModelSpecError) as exc:
+    except devices.DeviceError as exc:
         raise TuneError(str(exc)) from None
+    work = load_workload(model)  # checked here, once, so errors are clear and immediate
     cands, skipped = plan_levers(work, dev, kinds)
-    request = {"model": model, "device": str(dev), "guard_steps": guard_steps, "repeats": repeats,
-               "block_s": block_s, "seed": seed}
+    request = {"model": model, "device": str(dev), "guard_steps": guard_steps, "repeats": repeats, "block_s": block_s}
     confirm_rounds = measure.ROUNDS if confirm_rounds is None else confirm_rounds
-    search = _Search(request, budget, runner or subprocess_runner, planned_steps, loss_tol, progress, started,
+    search = _Search(request, budget, runner or subprocess_runner, planned_steps, progress, started,
                      confirm_rounds, diagnose)
     search.skipped += skipped
     base = search.run({}, "baseline")
@@ -295,7 +293,7 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     best = recommend(confirmation, base["total_s"], front, reason, _unmeasured(search, cands, confirmation))
     report = {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
               "planned_steps": planned_steps, "budget_s": budget, "elapsed_s": round(time.perf_counter() - started, 1),
-              "guard_steps": guard_steps, "loss_tol": loss_tol, "kinds": list(kinds or KINDS),
+              "guard_steps": guard_steps, "loss_tol": LOSS_TOL, "kinds": list(kinds or KINDS),
               "torch": torch.__version__, "optimizer": search.base_raw.get("optimizer"),
               "logical_cores": os.cpu_count(), "baseline": base, "trials": search.trials, "skipped": search.skipped,
               "confirmation": confirmation, "best": best, "diagnosis": diagnosis}

@@ -31,12 +31,9 @@ from ..step import train_step  # noqa: E402
 AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class ModelSpecError(ValueError):
-    """A ``FILE.py:FUNC`` that cannot be loaded, or a FUNC that returns the wrong thing."""
-
-
 class TuneError(RuntimeError):
-    """Something the reader can fix (bad model file, unknown device, failing baseline)."""
+    """Something the reader can fix (a ``FILE.py:FUNC`` that does not load or returns the wrong thing, unknown
+    device, failing baseline)."""
 
 
 @dataclass
@@ -64,28 +61,28 @@ _USAGE = ("Name the model as FILE.py:FUNC (e.g. notebooks/examples/tabular_mlp.p
 
 
 def load_function(spec: str) -> Callable[[], Any]:
-    """The function named by ``FILE.py:FUNC``; ModelSpecError otherwise."""
+    """The function named by ``FILE.py:FUNC``; TuneError otherwise."""
     if not isinstance(spec, str) or spec.count(":") < 1:
-        raise ModelSpecError(f"{spec!r} has no ':FUNC' part. {_USAGE}")
+        raise TuneError(f"{spec!r} has no ':FUNC' part. {_USAGE}")
     where, func_name = spec.rsplit(":", 1)
     if not where or not func_name.isidentifier():
-        raise ModelSpecError(f"{spec!r} is not FILE.py:FUNC. {_USAGE}")
+        raise TuneError(f"{spec!r} is not FILE.py:FUNC. {_USAGE}")
     path = Path(where)
     if not path.is_file():
-        raise ModelSpecError(f"model file {where!r} does not exist (looked from {Path.cwd().name}/). {_USAGE}")
+        raise TuneError(f"model file {where!r} does not exist (looked from {Path.cwd().name}/). {_USAGE}")
     mod_name = f"_tune_model_{path.stem}"
     module_spec = importlib.util.spec_from_file_location(mod_name, path)
     if module_spec is None or module_spec.loader is None:
-        raise ModelSpecError(f"cannot import {where!r} as Python. {_USAGE}")
+        raise TuneError(f"cannot import {where!r} as Python. {_USAGE}")
     module = importlib.util.module_from_spec(module_spec)
     sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
     try:
         module_spec.loader.exec_module(module)
     except Exception as exc:
-        raise ModelSpecError(f"importing {where!r} failed: {type(exc).__name__}: {exc}") from exc
+        raise TuneError(f"importing {where!r} failed: {type(exc).__name__}: {exc}") from exc
     func = getattr(module, func_name, None)
     if not callable(func):
-        raise ModelSpecError(f"{where!r} has no function {func_name!r}. {_USAGE}")
+        raise TuneError(f"{where!r} has no function {func_name!r}. {_USAGE}")
     return func
 
 
@@ -95,34 +92,34 @@ def default_optimizer(params: Any) -> torch.optim.Optimizer:
 
 
 def check_workload(returned: Any, spec: str = "FUNC") -> Workload:
-    """Check what ``FUNC()`` returned and wrap it; ModelSpecError with what is wrong otherwise."""
+    """Check what ``FUNC()`` returned and wrap it; TuneError with what is wrong otherwise."""
     if not isinstance(returned, (tuple, list)) or len(returned) not in (4, 5):
         got = f"a {type(returned).__name__}" + (f" of {len(returned)} items" if isinstance(returned, (tuple, list)) else "")
-        raise ModelSpecError(f"{spec}() returned {got}. {_USAGE}")
+        raise TuneError(f"{spec}() returned {got}. {_USAGE}")
     model, inputs, targets, loss_fn = returned[:4]
     make_opt = returned[4] if len(returned) == 5 else default_optimizer
     if not isinstance(model, nn.Module):
-        raise ModelSpecError(f"{spec}(): item 1 must be a torch.nn.Module, got {type(model).__name__}. {_USAGE}")
+        raise TuneError(f"{spec}(): item 1 must be a torch.nn.Module, got {type(model).__name__}. {_USAGE}")
     inputs_t = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     if not inputs_t or not all(isinstance(t, torch.Tensor) for t in inputs_t):
-        raise ModelSpecError(f"{spec}(): item 2 (inputs) must be a tensor or a tuple of tensors. {_USAGE}")
+        raise TuneError(f"{spec}(): item 2 (inputs) must be a tensor or a tuple of tensors. {_USAGE}")
     if not isinstance(targets, torch.Tensor):
-        raise ModelSpecError(f"{spec}(): item 3 (targets) must be a tensor, got {type(targets).__name__}. {_USAGE}")
+        raise TuneError(f"{spec}(): item 3 (targets) must be a tensor, got {type(targets).__name__}. {_USAGE}")
     if not callable(loss_fn):
-        raise ModelSpecError(f"{spec}(): item 4 (loss_fn) must be callable, e.g. torch.nn.CrossEntropyLoss(). {_USAGE}")
+        raise TuneError(f"{spec}(): item 4 (loss_fn) must be callable, e.g. torch.nn.CrossEntropyLoss(). {_USAGE}")
     if not callable(make_opt):
-        raise ModelSpecError(f"{spec}(): item 5 must be a function params -> optimizer. {_USAGE}")
+        raise TuneError(f"{spec}(): item 5 must be a function params -> optimizer. {_USAGE}")
     return Workload(model, inputs_t, targets, loss_fn, make_opt)
 
 
-def load_workload(spec: str, seed: int = 0) -> Workload:
-    """Seed, call the function named by ``spec`` and check what it returns."""
+def load_workload(spec: str) -> Workload:
+    """Seed (0), call the function named by ``spec`` and check what it returns."""
     func = load_function(spec)
-    set_seed(seed)
+    set_seed(0)
     try:
         returned = func()
     except Exception as exc:
-        raise ModelSpecError(f"{spec}() raised {type(exc).__name__}: {exc}") from exc
+        raise TuneError(f"{spec}() raised {type(exc).__name__}: {exc}") from exc
     return check_workload(returned, spec.rsplit(":", 1)[-1])
 
 
@@ -140,13 +137,13 @@ def _timed(fn: Callable[[], Any], device: torch.device) -> float:
 
 
 def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_steps: int = 10,
-              repeats: int = 3, block_s: float = 0.25, seed: int = 0) -> dict[str, Any]:
+              repeats: int = 3, block_s: float = 0.25) -> dict[str, Any]:
     """Train a fresh seeded copy of the model with ``levers``: ``guard_steps`` steps timed as one warm-up block (the
     last loss is the accuracy guard), then ``repeats`` blocks of about ``block_s`` seconds give the step time."""
     dev = devices.get_device(device)
     if levers.get("threads"):
         torch.set_num_threads(int(levers["threads"]))
-    work = load_workload(spec, seed)
+    work = load_workload(spec)
     k = int(levers.get("batch", 1))
     inputs, targets = work.inputs, work.targets
     if k > 1:
@@ -168,10 +165,9 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
         mode = levers["compile"]
         step_model = torch.compile(model, mode=None if mode == "default" else mode)
     scaler = torch.amp.GradScaler(dev.type) if dtype == torch.float16 and dev.type == "cuda" else None
-    loss_fn = work.loss_fn
 
     def step() -> torch.Tensor:  # the course's one training step (helpers.step.train_step)
-        return train_step(step_model, opt, loss_fn, inputs, targets, autocast_dtype=dtype, scaler=scaler,
+        return train_step(step_model, opt, work.loss_fn, inputs, targets, autocast_dtype=dtype, scaler=scaler,
                           device_type=dev.type)
 
     losses: list[float] = []
@@ -198,7 +194,7 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
             "samples_ms": samples, "steps_per_block": n, "warmup_s": warmup_s,
             "first_loss": losses[0], "guard_loss": losses[-1], "batch_factor": k,
             "batch_size": work.batch_size * k, "threads": torch.get_num_threads(),
-            "optimizer": type(work.make_optimizer([nn.Parameter(torch.zeros(1))])).__name__}
+            "optimizer": type(opt).__name__}
 
 
 def short_error(exc: BaseException) -> str:
@@ -208,12 +204,12 @@ def short_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0][:300] if lines else ''}".rstrip(": ")
 
 
-def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str, Any]:
+def diagnose_workload(spec: str, device: str = "cpu") -> dict[str, Any]:
     """The regime split of one step of a fresh seeded model (``helpers.diagnose``), as plain data."""
     from .. import diagnose  # noqa: PLC0415  (the tuner's one use of it)
 
     dev = devices.get_device(device)
-    work = load_workload(spec, seed)
+    work = load_workload(spec)
     model = work.model.to(dev)
     inputs = tuple(t.to(dev) for t in work.inputs)
     found = diagnose.diagnose_step(model, inputs, work.targets.to(dev), work.loss_fn,  # inputs as train_step takes them
@@ -223,23 +219,20 @@ def diagnose_workload(spec: str, device: str = "cpu", seed: int = 0) -> dict[str
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """One trial from a request (model, levers, device, guard_steps, repeats, block_s, seed, diagnose); a failing
+    """One trial from a request (model, levers, device, guard_steps, repeats, block_s, diagnose); a failing
     lever or diagnosis is a result with its error, not a crash."""
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            result = run_trial(request["model"], request.get("levers", {}), device=request.get("device", "cpu"),
-                               guard_steps=int(request.get("guard_steps", 10)),
-                               repeats=int(request.get("repeats", 3)),
-                               block_s=float(request.get("block_s", 0.25)), seed=int(request.get("seed", 0)))
+            settings = {k: request[k] for k in ("device", "guard_steps", "repeats", "block_s") if k in request}
+            result = run_trial(request["model"], request.get("levers", {}), **settings)
     except Exception as exc:
         result = {"ok": False, "error": short_error(exc), "trace": traceback.format_exc()[-2000:]}
     result["child_s"] = time.perf_counter() - start
     if request.get("diagnose") and result["ok"]:
         try:
-            result["diagnosis"] = diagnose_workload(request["model"], request.get("device", "cpu"),
-                                                    int(request.get("seed", 0)))
+            result["diagnosis"] = diagnose_workload(request["model"], request.get("device", "cpu"))
         except Exception as exc:
             result["diagnosis"] = {"error": f"the diagnosis failed: {short_error(exc)}"}
         result["diagnosis_s"] = time.perf_counter() - start - result["child_s"]

@@ -6,7 +6,7 @@ import pytest
 
 def _fake_facts(**over):
     facts = {
-        "python": {"version": [3, 11, 7], "requires": ">=3.11,<3.14", "prefix": "/env", "course_env": True,
+        "python": {"version": [3, 11, 7], "supported": ["3.11", "3.12", "3.13"], "prefix": "/env", "course_env": True,
                    "executable": "/env/bin/python"},
         "pins": [{"name": "torch", "spec": "==2.8.0", "installed": "2.8.0", "matches": True}],
         "torch": {"version": "2.8.0", "cuda": None, "xpu": False},
@@ -16,14 +16,12 @@ def _fake_facts(**over):
         "devices": [],
         "compiler": {"cxx_env": None, "cxx": "/usr/bin/g++", "runs": True, "version": "g++ 12.2.0", "include": "/inc",
                      "python_h": True, "python": "3.11"},
-        "platform": {"system": "Linux", "machine": "x86_64", "macos": None, "wsl": False, "left_out": [],
+        "platform": {"system": "Linux", "machine": "x86_64", "wsl": False, "left_out": [],
                      "ipex_wheels": True},
         "ipex_env": {"python": None, "ok": False, "torch": None, "torchvision": None, "ipex": None,
                      "message": "the IPEX environment is not installed"},
-        "ipex_pins": {"torch": "2.8.0", "intel-extension-for-pytorch": "2.8.0"},
         "imports": {"nni": None, "torch_pruning": None},
         "allocators": {"jemalloc": None, "tcmalloc": None}, "mpirun": (None, None), "kernel": {"same_env": True},
-        "datasets": {"source": "standin", "cached": {"cifar10": False}, "online": None},
         "memory": {"available": 8 * 2**30, "total": 16 * 2**30}, "disk": {"results": 100 * 2**30},
     }
     facts.update(over)
@@ -33,11 +31,11 @@ def _fake_facts(**over):
 #: What ``gather`` says of the platform on the other platforms the course installs on (the pins' markers decide
 #: ``left_out``; test_doctor.py checks these lists against the installed metadata).
 FAKE_PLATFORMS = {
-    "Linux aarch64": {"system": "Linux", "machine": "aarch64", "macos": None, "wsl": False,
+    "Linux aarch64": {"system": "Linux", "machine": "aarch64", "wsl": False,
                       "left_out": ["intel-openmp", "nni", "openvino"], "ipex_wheels": False},
-    "macOS arm64": {"system": "Darwin", "machine": "arm64", "macos": "14.5", "wsl": False,
+    "macOS arm64": {"system": "Darwin", "machine": "arm64", "wsl": False,
                     "left_out": ["intel-openmp", "nni"], "ipex_wheels": False},
-    "Windows x86-64": {"system": "Windows", "machine": "AMD64", "macos": None, "wsl": False,
+    "Windows x86-64": {"system": "Windows", "machine": "AMD64", "wsl": False,
                        "left_out": ["intel-openmp"], "ipex_wheels": False},
 }
 

@@ -13,9 +13,6 @@ from helpers.course import doctor, install
 
 
 def test_run_writes_the_documented_report_and_prints_every_check(tmp_path, fake_facts):
-    found = doctor.judge(fake_facts())
-    assert doctor.exit_status(found) == 0
-    assert doctor.exit_status(doctor.judge(fake_facts(memory={"available": 2**28, "total": 2**30}))) == 1
     found, payload, path = doctor.run(tmp_path / "doctor.json", facts=fake_facts())
     saved = json.loads(path.read_text())
     assert set(saved) >= {"version", "fingerprint", "checks"} and saved["version"] == doctor.DOCTOR_VERSION
@@ -30,9 +27,8 @@ def test_real_doctor_run(tmp_path, capsys):
     code = doctor.main(["--out", str(tmp_path / "doctor.json"), "--no-imports"])
     out = capsys.readouterr().out
     saved = json.loads((tmp_path / "doctor.json").read_text())
-    assert code == doctor.exit_status([doctor.Check(**c) for c in saved["checks"]])
-    assert code == 0  # the machine that runs the tests can run the course
-    for name in ("python", "pins", "torch build", "cpu", "instruction sets", "openmp", "c++ compiler", "platform",
+    assert code == 0 and not any(c["status"] == "fail" for c in saved["checks"])  # this machine can run the course
+    for name in ("python", "pins", "torch build", "cpu", "instruction sets", "c++ compiler", "platform",
                  "ipex", "memory", "disk"):
         assert any(c["name"] == name for c in saved["checks"]), name
         assert f"] {name}" in out
@@ -41,14 +37,12 @@ def test_real_doctor_run(tmp_path, capsys):
     assert saved["fingerprint"]["physical_cores"] == system.topology().physical_cores and "wrote" in out
 
 
-def test_check_rejects_unknown_status():
-    with pytest.raises(ValueError, match="ok"):
-        doctor.Check("x", "maybe", "m")
-
-
 def test_ok_has_nothing_to_fix():
     c = doctor._ok("python", "3.11.7")
     assert (c.name, c.status, c.message, c.fix) == ("python", "ok", "3.11.7", "")
+
+
+SUPPORTED = ["3.11", "3.12", "3.13"]
 
 
 def statuses(check):
@@ -56,26 +50,20 @@ def statuses(check):
 
 
 def test_python_each_status():
-    ok = doctor.check_python((3, 13, 0), ">=3.11,<3.14", executable="/c/venv-py3.13-x/bin/python")
+    ok = doctor.check_python((3, 13, 0), SUPPORTED, executable="/c/venv-py3.13-x/bin/python")
     assert statuses(ok) == ("ok", "Python 3.13.0 (/c/venv-py3.13-x/bin/python), supported (the course supports "
                                   "3.11, 3.12 or 3.13)", "")
-    assert doctor.check_python((3, 11, 7), ">=3.11,<3.14").status == "ok"
-    warn = doctor.check_python((3, 14, 0), ">=3.11,<3.14", executable="/usr/bin/python3")
+    assert doctor.check_python((3, 11, 7), SUPPORTED).status == "ok"
+    warn = doctor.check_python((3, 14, 0), SUPPORTED, executable="/usr/bin/python3")
     assert statuses(warn) == ("warn", "Python 3.14.0 (/usr/bin/python3) is not supported: the course's pins install "
-                                      "on Python 3.11, 3.12 or 3.13 (requires-python >=3.11,<3.14)",
+                                      "on Python 3.11, 3.12 or 3.13",
                               "install Python 3.11, 3.12 or 3.13 (the README's Prerequisites: on Ubuntu 24.04 and "
                               "Debian 12/13 the system python3) and run `make setup`")
-    other_env = doctor.check_python((3, 12, 3), ">=3.11,<3.14", "/usr", course_env=False)
+    other_env = doctor.check_python((3, 12, 3), SUPPORTED, "/usr", course_env=False)
     assert other_env.status == "warn" and "Python 3.12.3, supported (not the course environment: /usr)" == other_env.message
-    fail = doctor.check_python((3, 8, 10), ">=3.11,<3.14")
+    fail = doctor.check_python((3, 8, 10), SUPPORTED)
     assert fail.status == "fail" and "too old" in fail.message and "3.11, 3.12 or 3.13" in fail.fix
-
-
-def test_supported_minors_follow_requires_python():
-    checks = doctor
-    assert checks.supported_minors(">=3.11,<3.14") == ["3.11", "3.12", "3.13"]
-    assert checks.supported_minors(">=3.11,<3.12") == ["3.11"] and checks.supported_minors(None) == []
-    assert checks.supported_minors(">=3.12")[:2] == ["3.12", "3.13"]
+    assert "install Python 3.12 (" in doctor.check_python((3, 11, 7), ["3.12"]).fix
 
 
 def test_pins_each_status():
@@ -97,30 +85,30 @@ def test_torch_build():
     assert c.status == "ok" and c.message.startswith("torch 2.8.0, CUDA 12.8, no XPU build")
 
 
-def test_cpu_isa_openmp():
-    fp = {"cpu_model": "Xeon", "sockets": 2, "physical_cores": 56, "logical_cores": 112, "numa_nodes": 2}
+def test_cpu_and_isa():
+    fp = {"cpu_model": "Xeon", "sockets": 2, "physical_cores": 56, "logical_cores": 112, "numa_nodes": 2,
+          "openmp": ["libgomp.so.1", "libiomp5.so"]}
     c = doctor.check_cpu(fp)
     assert c.status == "ok" and "2 socket(s), 56 physical / 112 logical cores, 2 NUMA node(s)" in c.message
+    assert c.message.endswith("OpenMP: libgomp.so.1, libiomp5.so")
+    assert doctor.check_cpu({**fp, "openmp": []}).message.endswith("OpenMP: none found")
     assert doctor.check_cpu({**fp, "physical_cores": 1}).status == "warn"
     amx = doctor.check_isa({"avx2": True, "avx512": True, "native_bf16": True, "amx": True, "ipex_bf16_prepack": True})
     assert amx.status == "ok" and "AMX" in amx.message and "lacks" not in amx.message
     avx2 = doctor.check_isa({"avx2": True})
-    assert avx2.status == "ok" and "emulated" in avx2.message and "prepacking" in avx2.message
+    assert avx2.status == "ok" and "emulated" in avx2.message
     assert doctor.check_isa({}).status == "warn"
-    assert "Intel (libiomp5)" in doctor.check_openmp(["libgomp.so.1", "libiomp5.so"]).message
-    assert doctor.check_openmp([]).status == "warn"
 
 
 LINUX = {"system": "Linux", "machine": "x86_64", "left_out": [], "ipex_wheels": True}
-PINS = {"torch": "2.8.0", "intel-extension-for-pytorch": "2.8.0"}
 
 
-def ipex(env, plat=LINUX, pins=PINS):
-    return doctor.check_ipex(env, plat, pins)
+def ipex(env, plat=LINUX):
+    return doctor.check_ipex(env, plat)
 
 
-def test_ipex_environment_absent_present_mismatched_always_retired(fake_platforms):
-    absent = ipex({"python": None, "ok": False, "message": "not installed"})
+def test_ipex_environment_absent_present_broken_always_retired(fake_platforms):
+    absent = ipex({"python": None, "ok": False, "message": "the IPEX environment is not installed"})
     assert absent.status == "warn" and "make setup-ipex" in absent.fix and "skips its IPEX arms" in absent.message
     ready = ipex({"python": "/c/venv-ipex/bin/python", "ok": True, "torch": "2.8.0", "ipex": "2.8.0"})
     assert ready.status == "ok" and "torch 2.8.0 + IPEX 2.8.0" in ready.message and ready.fix == ""
@@ -128,15 +116,11 @@ def test_ipex_environment_absent_present_mismatched_always_retired(fake_platform
                    "message": "the IPEX environment at /c is incomplete (torch 2.14.1, IPEX 2.8.0, "
                               "course package None)"})
     assert broken.status == "warn" and "torch 2.14.1" in broken.message and "make setup-ipex" in broken.fix
-    drift = ipex({"python": "/c/venv-ipex/bin/python", "ok": True, "torch": "2.8.1+cpu", "ipex": "2.8.1"})
-    assert drift.status == "warn" and "torch 2.8.1+cpu (pinned 2.8.0)" in drift.message
-    assert "make setup-ipex" in drift.fix
-    assert ipex({"python": "/p", "ok": True, "torch": "2.8.0+cpu", "ipex": "2.8.0"}).status == "ok"  # local tag
     elsewhere = [ipex({"python": None, "ok": False}, plat) for plat in fake_platforms.values()]
     for label, c in zip(fake_platforms, elsewhere):
         assert c.status == "warn" and f"no IPEX wheel for {label}" in c.message and "Linux x86-64" in c.fix
         assert "setup-ipex" not in c.message + c.fix  # the command cannot work there: not suggested
-    for c in [absent, ready, broken, drift] + elsewhere:
+    for c in [absent, ready, broken] + elsewhere:
         assert "is retired" in c.message and "2.8 is its last release" in c.message and c.status != "fail"
 
 
@@ -156,23 +140,19 @@ def test_isa_on_arm_does_not_ask_for_avx2():
 
 
 def test_pruning_allocators_mpirun_kernel():
-    assert doctor.check_pruning({"nni": None, "torch_pruning": None}, {"nni": "3.0", "torch-pruning": "1.6.1"}).status == "ok"
+    both = doctor.check_pruning({"nni": None, "torch_pruning": None}, {"nni": "3.0", "torch-pruning": "1.6.1"})
+    assert statuses(both) == ("ok", "nni 3.0 and torch-pruning 1.6.1 import", "")
     bad = doctor.check_pruning({"nni": "ImportError: x", "torch_pruning": None}, {})
-    assert bad.status == "warn" and "nni does not import" in bad.message
-    assert doctor.check_pruning(None, {"nni": "not installed", "torch-pruning": "1.6.1"}).status == "warn"
-    # NNI not pinned on this platform: Torch-Pruning alone is enough
-    arm = doctor.check_pruning({"torch_pruning": None}, {"nni": "not installed", "torch-pruning": "1.6.1"},
-                               left_out=["nni"])
-    assert arm.status == "ok" and "NNI is not pinned on this platform" in arm.message
+    assert bad.status == "warn" and "nni does not import: ImportError: x" == bad.message and "both" in bad.fix
+    # NNI not pinned on this platform (a limit says so): Torch-Pruning alone is enough
     untried = doctor.check_pruning(None, {"nni": "not installed", "torch-pruning": "1.6.1"}, left_out=["nni"])
-    assert untried.status == "ok" and "Torch-Pruning 1.6.1 is installed (import not tried)" in untried.message
+    assert statuses(untried) == ("ok", "torch-pruning 1.6.1 (import not tried)", "")
     no_tp = doctor.check_pruning({"torch_pruning": "ModuleNotFoundError: x"}, {}, left_out=["nni"])
     assert no_tp.status == "warn" and "Torch-Pruning" in no_tp.fix
     assert doctor.check_allocators({"jemalloc": "/lib/libjemalloc.so.2", "tcmalloc": None}).message.startswith("found jemalloc")
     none = doctor.check_allocators({"jemalloc": None, "tcmalloc": None})
     apt = "Debian/Ubuntu: `sudo apt-get install openmpi-bin libjemalloc2 libtcmalloc-minimal4`"
     assert none.status == "warn" and none.fix == apt
-    assert doctor.check_allocators({"jemalloc": None, "tcmalloc": None}, "Darwin").status == "ok"
     missing = doctor.check_mpirun(None, None)
     assert missing.status == "warn" and missing.fix == apt
     assert "brew install open-mpi" in doctor.check_mpirun(None, None, "Darwin").fix
@@ -186,12 +166,7 @@ def test_pruning_allocators_mpirun_kernel():
     assert doctor.check_kernel({"error": "no kernel named python3"}).status == "warn"
 
 
-def test_datasets_memory_disk():
-    assert doctor.check_datasets("real", {"cifar10": True, "fashionmnist": True}, None).status == "ok"
-    assert doctor.check_datasets("standin", {"cifar10": False}, False).status == "ok"
-    assert "download on first use" in doctor.check_datasets("real", {"cifar10": False}, True).message
-    off = doctor.check_datasets("real", {"cifar10": False, "fashionmnist": True}, False)
-    assert off.status == "warn" and "COURSE_DATA=standin" in off.fix and "cifar10" in off.message
+def test_memory_disk():
     gb = 2**30
     assert [doctor.check_memory(a * gb, 16 * gb).status for a in (8, 2, 0.5)] == ["ok", "warn", "fail"]
     assert [doctor.check_disk({"results": a * gb}).status for a in (50, 2, 0.1)] == ["ok", "warn", "fail"]
@@ -226,9 +201,9 @@ def test_accelerators_each_with_its_parity_probe_or_error(monkeypatch):
 def test_judge_runs_every_check_on_faked_findings(fake_facts):
     checks = doctor.judge(fake_facts())
     names = [c.name for c in checks]
-    for expected in ("python", "pins", "torch build", "devices", "cpu", "instruction sets", "openmp",
-                     "c++ compiler", "platform", "ipex", "nni + torch-pruning", "allocators", "mpirun",
-                     "jupyter kernel", "datasets", "memory", "disk"):
+    for expected in ("python", "pins", "torch build", "devices", "cpu", "instruction sets", "c++ compiler",
+                     "platform", "ipex", "nni + torch-pruning", "allocators", "mpirun", "jupyter kernel", "memory",
+                     "disk"):
         assert expected in names
     assert not any(n.startswith("limit") for n in names)  # the fake machine is Linux x86-64
     low = doctor.judge(fake_facts(memory={"available": 2**28, "total": 2**30}))
@@ -249,10 +224,10 @@ def test_judge_on_a_fake_aarch64_and_a_fake_mac(fake_facts, fake_platforms):
     mac = {c.name: c for c in doctor.judge(fake_facts(platform=fake_platforms["macOS arm64"], compiler={"cxx": None},
                                                        devices=[{"name": "mps", "error": "RuntimeError: x"}],
                                                        isa={}))}
-    assert {"limit LD_PRELOAD", "limit torchrun", "limit mps"} <= set(mac) and "limit openvino" not in mac
+    assert {"limit LD_PRELOAD", "limit torchrun"} <= set(mac) and "limit openvino" not in mac
     assert mac["c++ compiler"].status == "fail" and "xcode-select --install" in mac["c++ compiler"].fix
-    assert mac["allocators"].status == "ok" and "brew install open-mpi" in mac["mpirun"].fix
-    assert mac["device mps"].status == "fail" and "found" in mac["limit mps"].message
+    assert "allocators" not in mac and "brew install open-mpi" in mac["mpirun"].fix  # limit LD_PRELOAD says it
+    assert mac["device mps"].status == "fail"
 
 
 def test_compiler_each_platform_and_state():
@@ -279,7 +254,8 @@ def test_compiler_each_platform_and_state():
 
 def test_platform_limits_linux_x86_has_none():
     checks = doctor.check_platform(LINUX)
-    assert [(c.name, c.status) for c in checks] == [("platform", "ok")] and "no platform limits" in checks[0].message
+    assert [(c.name, c.status) for c in checks] == [("platform", "ok")]
+    assert checks[0].message == "Linux x86-64: no platform limit(s)"
     assert "(WSL2)" in doctor.check_platform({**LINUX, "wsl": True})[0].message
 
 
@@ -287,7 +263,7 @@ def test_platform_limits_linux_aarch64(fake_platforms):
     checks = doctor.check_platform(fake_platforms["Linux aarch64"])
     by = {c.name: c for c in checks}
     assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit openvino"]
-    assert by["platform"].status == "ok" and "Linux aarch64: the course runs with 3 limit(s)" in by["platform"].message
+    assert statuses(by["platform"]) == ("ok", "Linux aarch64: 3 platform limit(s), listed below", "")
     assert "no OpenVINO wheel for Linux aarch64" in by["limit openvino"].message
     assert "chapter 14 measures eager PyTorch and ONNX Runtime only" in by["limit openvino"].message
     assert "chapter 06 computes the same L1-norm masks with Torch-Pruning" in by["limit nni"].message
@@ -297,16 +273,11 @@ def test_platform_limits_linux_aarch64(fake_platforms):
 
 def test_platform_limits_macos(fake_platforms):
     mac = fake_platforms["macOS arm64"]
-    by = {c.name: c for c in doctor.check_platform(mac, ["mps"])}
-    assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit LD_PRELOAD", "limit torchrun",
-                        "limit mps"]
+    by = {c.name: c for c in doctor.check_platform(mac)}
+    assert list(by) == ["platform", "limit intel-openmp", "limit nni", "limit LD_PRELOAD", "limit torchrun"]
     assert "limit openvino" not in by  # OpenVINO has macOS arm64 wheels
     assert "jemalloc or tcmalloc" in by["limit LD_PRELOAD"].message and "02 and 04" in by["limit LD_PRELOAD"].message
     assert "gloo" in by["limit torchrun"].message
-    assert by["limit mps"].message.startswith("Apple GPU (mps) found") and "CI does not run" in by["limit mps"].message
-    assert "not found" in {c.name: c for c in doctor.check_platform(mac, [])}["limit mps"].message
-    old = {c.name: c for c in doctor.check_platform({**mac, "macos": "13.6.1"})}
-    assert "macOS 13.6.1" in old["limit macOS"].message and "14" in old["limit macOS"].fix
 
 
 def test_platform_limits_windows_and_unknown(fake_platforms):
@@ -328,7 +299,7 @@ def test_pins_are_read_from_installed_metadata():
     assert doctor.pinned_requirements("no-such-distribution-xyz") == []
 
 
-def test_gather_collects_this_machines_facts(monkeypatch):
+def test_gather_collects_this_machines_facts():
     import platform
     import sys
 
@@ -336,14 +307,14 @@ def test_gather_collects_this_machines_facts(monkeypatch):
 
     from helpers import system
 
-    monkeypatch.setenv("COURSE_DATA", "standin")  # no network probe for missing real data sets
     facts = doctor.gather(imports=False)
     assert facts["python"]["version"] == list(sys.version_info[:3]) and facts["python"]["prefix"] == sys.prefix
+    assert facts["python"]["supported"] == install.supported_pythons()
+    assert set(facts["kernel"]) in ({"error"}, {"python", "same_env"})
     assert facts["python"]["executable"] == sys.executable   # the doctor names the Python it found
     assert facts["torch"]["version"] == torch.__version__ and facts["torch"]["cuda"] == torch.version.cuda
     assert facts["fingerprint"]["physical_cores"] == system.topology().physical_cores
     assert all(("parity" in d) != ("error" in d) for d in facts["devices"])
-    assert facts["datasets"]["source"] == "standin" and facts["datasets"]["online"] is None
     assert facts["imports"] is None  # not tried
     here = facts["platform"]
     assert (here["system"], here["machine"]) == (platform.system(), platform.machine())
@@ -409,7 +380,3 @@ def test_compiler_facts_search_path(tmp_path, monkeypatch):
     gxx = _fake_compiler(tmp_path, "g++")
     assert doctor.compiler_facts({})["cxx"] == str(gxx)  # g++ first, as the doctor's docs say
 
-
-def test_ipex_pins_from_pyproject():
-    pins = doctor.ipex_pins()
-    assert pins["torch"].startswith("2.8.") and pins["intel-extension-for-pytorch"].startswith("2.8.")

@@ -355,8 +355,9 @@ def test_write_report_per_chapter_status_rows_and_figures(tmp_path):
 
     rows = results.make_rows("01", "toy", {"a": [2.0, 2.0], "b": [1.0, 1.0]}, metric="call_time", unit="s",
                              baseline="a", fingerprint={"cpu_model": "x"}, profile="smoke", data="none")
-    rows += results.make_rows("09", "extra", {"c": [1.0]}, metric="t", unit="s", fingerprint={}, profile="smoke",
-                              data="none")
+    for chapter in ("09", "04"):  # not in this run's list; in it, not run yet (an interrupted chapter's rows)
+        rows += results.make_rows(chapter, "extra", {"c": [1.0]}, metric="t", unit="s", fingerprint={},
+                                  profile="smoke", data="none")
     results.write_rows(rows, tmp_path / results.ROWS_FILE)
     state = {"profile": "smoke", "started": "2030-01-01T00:00", "finished": False, "data": "data=standin",
              "machine": {"cpu_model": "Test CPU"},
@@ -368,14 +369,16 @@ def test_write_report_per_chapter_status_rows_and_figures(tmp_path):
     path = reproduce.write_report(tmp_path, state)
     text = path.read_text()
     assert path == tmp_path / "report.md" and text.startswith("# Course measurements (smoke profile)")
+    assert json.loads((tmp_path / "state.json").read_text()) == state   # written with the report
     assert "Started 2030-01-01T00:00; in progress. data=standin" in text and '"cpu_model": "Test CPU"' in text
     toy = text.split("## 01_toy")[1].split("## 02_printed")[0]
     assert "Ran in 12 s." in toy and "### 01 / toy: call_time" in toy and "![01_toy-1.png](figures/01_toy-1.png)" in toy
     assert "*This chapter wrote no result rows; its notebook printed:*" in text and "ratio 1.5x" in text
     assert "**Failed:** ValueError: boom" in text and "*Not run yet.*" in text.split("## 04_later")[1]
     assert "*Chapter 10 needs 2 or more CUDA GPUs.*" in text
-    assert "## Other rows: 09" in text  # rows of a chapter that is not in this run's list
-    assert (tmp_path / "rows.csv").read_text().count("\n") == 4  # header and one line per row
+    other = text.split("## Other rows\n")[1]
+    assert "### 04 / extra: t" in other and "### 09 / extra: t" in other and "### 01" not in other
+    assert (tmp_path / "rows.csv").read_text().count("\n") == 5  # header and one line per row
 
 
 def test_chapter_notebooks_leave_out_the_setup_check_unless_named(tmp_path):

@@ -26,6 +26,8 @@ def test_submission_leaks_no_user_host_or_path(fake_names, synthetic_rows, write
         assert secret not in text, secret
     assert workshop.find_leaks(text, fake_names) == []
     assert set(workshop.find_leaks("alice was in /tmp/x", fake_names)) == {"user", "a path"}
+    assert workshop.find_leaks("see ~ or /home/alice", {"home": "/home/alice"}) == ["home", "a path"]
+    assert workshop.pack(rows + synthetic_rows(2, 8), fake_names)["machine_id"] == f"{'1' * 16}, {'2' * 16}"
     assert "No user name, host name or path" in payload["contents"]
     assert len(payload["fingerprints"]) == 2 and payload["rows"][0]["fingerprint"] == 0
     back = workshop.read_submission(write_submission("submission-x.json", rows))
@@ -38,6 +40,7 @@ def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch, fingerpri
     """On this machine, with its real user, host and paths: none of them reaches the file."""
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     root = tmp_path / "results"
+    monkeypatch.setenv("COURSE_RESULTS", str(root))
     fp = {**fingerprint(5, 4), "cwd": str(tmp_path), "who": workshop.private_names().get("user", "")}
     old = results.make_rows("01", "a", {"x": [1.0]}, metric="t", unit="s", fingerprint=fp, profile="smoke", data="none")
     results.write_rows(old, root / "old" / results.ROWS_FILE)
@@ -47,14 +50,15 @@ def test_submit_real_machine_privacy_and_latest(tmp_path, monkeypatch, fingerpri
     results.write_rows(new, root / "new" / results.ROWS_FILE)
     results.write_rows(old, root / results.ROWS_FILE)  # notebooks' running file: newest, but not a run
     assert workshop.rows_file(None, root) == root / "new" / results.ROWS_FILE
-    target, payload = workshop.submit(root=root)
+    target, payload = workshop.submit()
     assert target.parent == root and target.name.startswith("submission-")
     text = target.read_text()
     names = workshop.private_names()
     assert workshop.find_leaks(text, names) == [] and str(tmp_path) not in text
     assert [r["experiment"] for r in payload["rows"]] == ["b"]
+    monkeypatch.setenv("COURSE_RESULTS", str(tmp_path / "nothing"))
     with pytest.raises(workshop.SubmitError, match="make reproduce"):
-        workshop.submit(root=tmp_path / "nothing")
+        workshop.submit()
     proc = subprocess.run([sys.executable, "-m", "helpers.course.workshop", "submit", str(root / "new")], capture_output=True, text=True,
                           cwd=tmp_path, env={**os.environ, "COURSE_RESULTS": str(root)})
     assert proc.returncode == 0 and "No user name, host name or path" in proc.stdout
@@ -85,6 +89,7 @@ def test_describe_counts_rows_and_experiments(synthetic_rows):
     text = workshop.describe(rows)
     assert text.startswith("4 result rows (1 experiments: 02/batch_size; profile workshop; data standin). ")
     assert text.endswith("No user name, host name or path.")
+    assert "Per row: chapter, experiment, variant," in text and "Per machine, once: accelerators, bf16," in text
     many = [r for i in range(13) for r in results.make_rows(f"{i:02d}", "x", {"a": [1.0]}, metric="t", unit="s",
                                                                fingerprint={}, profile="smoke", data="none")]
     assert "(13 experiments: 00/x, 01/x," in workshop.describe(many) and "11/x, ...;" in workshop.describe(many)
@@ -253,10 +258,10 @@ def test_tables_rendered_from_rows_carry_units_scope_and_data(tmp_path, sample_r
     assert "stand-in" in acc.note
     md = workshop.render_markdown(r)
     assert md.count("### 02 / batch") == 2 and "(stand-in)" in md
-    csv_text = workshop.render_csv(r, tmp_path / "rows.csv")
-    lines = csv_text.splitlines()
+    assert workshop.render_csv(r, tmp_path / "rows.csv") == tmp_path / "rows.csv"
+    lines = (tmp_path / "rows.csv").read_text().splitlines()
     assert lines[0].startswith("chapter,experiment,variant,metric,unit,median") and len(lines) == 5
-    assert (tmp_path / "rows.csv").read_bytes() == csv_text.encode() and "CPU 4 cores" in lines[1]
+    assert "CPU 4 cores" in lines[1]
 
 
 def test_quality_rows_value_format_and_grouping(sample_rows, fake_fingerprint):
@@ -278,9 +283,8 @@ def test_hardware_class_and_machine_key(fake_fingerprint):
     assert workshop.isa_class({"bf16": {"amx": True}}) == "AMX"
     assert workshop.isa_class({}) == "unknown ISA"
     assert workshop.hardware_class({"accelerators": ["NVIDIA H100", "NVIDIA H100"]}) == "2x NVIDIA H100"
-    assert workshop.machine_key({"machine_id": "abc"}) == "abc"
-    key = workshop.machine_key(FP)
-    assert key == workshop.machine_key(dict(FP)) and key.startswith("hw-")
+    assert workshop.machine_key({**FP, "machine_id": "abc"}) == "abc"
+    assert workshop.machine_key({"machine_id": ""}) == workshop.machine_key({}) == "unknown"
 
 def test_private_names():
     names = workshop.private_names()

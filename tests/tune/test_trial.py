@@ -23,22 +23,22 @@ def test_load_function_and_checks(model_file: Path) -> None:
     for spec, words in [(str(model_file), "FUNC"), (f"{model_file.parent}/missing.py:build", "does not exist"),
                         (f"{model_file}:nothing", "no function"), (f"{model_file}:three", "tuple of 3 items"),
                         (f"{model_file}:not_a_model", "torch.nn.Module"), (f"{model_file}:bad-name", "FILE.py:FUNC")]:
-        with pytest.raises(tune_trial.ModelSpecError, match=words):
+        with pytest.raises(tune_trial.TuneError, match=words):
             tune_trial.load_workload(spec)
 
 
 def test_load_function_import_failures(tmp_path: Path) -> None:
-    with pytest.raises(tune_trial.ModelSpecError, match="'no_such_course_module' does not exist"):
+    with pytest.raises(tune_trial.TuneError, match="'no_such_course_module' does not exist"):
         tune_trial.load_function("no_such_course_module:build")
-    with pytest.raises(tune_trial.ModelSpecError, match="has no ':FUNC' part"):
+    with pytest.raises(tune_trial.TuneError, match="has no ':FUNC' part"):
         tune_trial.load_function("helpers.tune.trial")
     broken = tmp_path / "broken.py"
     broken.write_text("raise ImportError('needs a package you do not have')\n")
-    with pytest.raises(tune_trial.ModelSpecError, match="importing .*broken.py' failed: ImportError: needs a package"):
+    with pytest.raises(tune_trial.TuneError, match="importing .*broken.py' failed: ImportError: needs a package"):
         tune_trial.load_function(f"{broken}:build")
     failing = tmp_path / "failing.py"
     failing.write_text("def build():\n    raise ValueError('no data here')\n")
-    with pytest.raises(tune_trial.ModelSpecError, match=r"build\(\) raised ValueError: no data here"):
+    with pytest.raises(tune_trial.TuneError, match=r"build\(\) raised ValueError: no data here"):
         tune_trial.load_workload(f"{failing}:build")
 
 
@@ -58,7 +58,7 @@ def test_check_workload_wraps_what_func_returned_and_names_what_is_wrong() -> No
                             ((model, x, [0, 1], loss), "item 3 \\(targets\\) must be a tensor, got list"),
                             ((model, x, y, "cross-entropy"), "item 4 \\(loss_fn\\) must be callable"),
                             ((model, x, y, loss, "adam"), "item 5 must be a function params -> optimizer")]:
-        with pytest.raises(tune_trial.ModelSpecError, match=words):
+        with pytest.raises(tune_trial.TuneError, match=words):
             tune_trial.check_workload(returned, "mine")
 
 
@@ -91,7 +91,7 @@ def test_handle_turns_a_request_into_a_result_and_a_failure_into_one_line(model_
     good = tune_trial.handle({"model": f"{model_file}:build", "guard_steps": 2, "repeats": 1, "block_s": 0.001})
     assert good["ok"] and len(good["samples_ms"]) == 1 and good["batch_size"] == 32 and good["child_s"] > 0
     bad = tune_trial.handle({"model": f"{model_file}:three"})
-    assert not bad["ok"] and bad["error"].startswith("ModelSpecError: three() returned a tuple of 3 items")
+    assert not bad["ok"] and bad["error"].startswith("TuneError: three() returned a tuple of 3 items")
     assert "\n" not in bad["error"] and "Traceback" in bad["trace"] and isinstance(bad["child_s"], float)
 
 
