@@ -31,9 +31,7 @@ from .tables import Table
 
 @contextlib.contextmanager
 def cold_compile() -> Iterator[str]:
-    """Inside the block ``torch.compile`` starts from nothing, as in a new process: compiled code and in-memory
-    caches dropped, ``TORCHINDUCTOR_CACHE_DIR``/``TRITON_CACHE_DIR`` a new empty folder (yielded, removed after);
-    the environment is restored on the way out."""
+    """Inside the block ``torch.compile`` starts from nothing, as in a new process (yields its empty cache folder)."""
     from torch._inductor.utils import clear_caches
 
     torch.compiler.reset()
@@ -114,13 +112,8 @@ def _first_steps_main(args: Sequence[str]) -> list[float]:
 
     def seconds(n: int) -> float:
         x, y = torch.randn(n, 1, 28, 28, device=device), torch.randint(0, 10, (n,), device=device)
-        devices.synchronize(device)
-        start = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        nn.functional.cross_entropy(model(x), y).backward()
-        optimizer.step()
-        devices.synchronize(device)
-        return time.perf_counter() - start
+        return timed(lambda: train_step(model, optimizer, nn.functional.cross_entropy, x, y, device_type=device.type),
+                     1, device)
 
     return [seconds(batch), min(seconds(batch) for _ in range(3)), seconds(last),
             min(seconds(last) for _ in range(3)), min(seconds(batch) for _ in range(3))]
@@ -177,28 +170,16 @@ def graph_breaks(fn: Callable[..., Any], *args: Any) -> dict[str, Any]:
             "ops_per_graph": [len(ops) for ops in out.ops_per_graph]}
 
 
-def payback_steps(compile_s: float, saved_s_per_step: float, *, recompile_s: float = 0.0,
-                  recompile_at: int | None = None) -> float | None:
-    """Steps after which a compiled run has caught up with eager for good (None: never): ``compile_s`` at the
-    first step, ``recompile_s`` more at step ``recompile_at`` (the epoch's last batch), ``saved_s_per_step`` each."""
-    if compile_s < 0 or recompile_s < 0:
-        raise ValueError("compile_s and recompile_s are extra seconds, >= 0")
-    if saved_s_per_step <= 0:
-        return None
-    first = compile_s / saved_s_per_step
-    both = (compile_s + recompile_s) / saved_s_per_step  # ahead by the recompile: the first crossing holds
-    return first if recompile_at is None or both < recompile_at else both
-
-
 def payback_text(verdict: Any, eager_step_s: float, compile_s: float, recompile_s: float,
                  steps_per_epoch: int) -> str | None:
-    """"after about N steps (E epochs)" when ``verdict`` (compiled vs eager) says faster, else None."""
-    if not verdict.won:
+    """"after about N steps (E epochs)" when ``verdict`` (compiled vs eager) says faster, else None: steps until the
+    savings repay ``compile_s``, and ``recompile_s`` too unless they had already by the epoch's last batch."""
+    if not verdict.won or verdict.ratio <= 1:
         return None
     saved = eager_step_s * (1 - 1 / verdict.ratio)
-    n = payback_steps(compile_s, saved, recompile_s=recompile_s, recompile_at=steps_per_epoch)
-    if n is None:
-        return None
+    n = (compile_s + recompile_s) / saved
+    if n < steps_per_epoch:  # ahead by the recompile at the last batch: the first crossing holds
+        n = compile_s / saved
     steps, epochs = (float(f"{v:.2g}") for v in (n, n / steps_per_epoch))  # two significant digits
     return f"after about {steps:,.0f} steps ({epochs:g} epochs)"
 
@@ -235,8 +216,6 @@ def generated_code(cache_dir: str | Path) -> GeneratedCode:
 
 def self_ms_per_step(prof: "torch.profiler.profile", steps: int) -> dict[str, float]:
     """Each profiled event's own (self) CPU time in ms per step, from a profile of ``steps`` steps."""
-    if steps < 1:
-        raise ValueError("steps must be >= 1")
     return {e.key: e.self_cpu_time_total / 1000.0 / steps for e in prof.key_averages()
             if not e.key.startswith("ProfilerStep")}
 

@@ -156,6 +156,7 @@ def kernel_times(prof: Any, dispatched: set[str], device_time: bool = False) -> 
     """Self seconds per operator per profiled step (key: its ``STEP`` mark's start), calls, each operator's kernel."""
     spent: list[tuple[Any, str | None, str, float]] = []
     calls: Counter = Counter()
+    below: dict[str, Counter] = defaultdict(Counter)  # the time under each dispatched operator, per kernel
     for event in prof.events():
         if event.device_type != DeviceType.CPU or event.name == STEP:
             continue
@@ -166,10 +167,8 @@ def kernel_times(prof: Any, dispatched: set[str], device_time: bool = False) -> 
         seconds = (event.self_device_time_total if device_time else event.self_cpu_time_total) / 1e6
         spent.append((root.time_range.start if root.name == STEP else None, top, event.name, seconds))
         calls[event.name] += 1
-    below: dict[str, Counter] = defaultdict(Counter)
-    for _, top, name, seconds in spent:
         if top:
-            below[top][name] += seconds
+            below[top][event.name] += seconds
     kernel = {op: max(names, key=names.get) for op, names in below.items()}
     steps: dict[Any, Counter] = defaultdict(Counter)
     for step, top, name, seconds in spent:
@@ -265,13 +264,12 @@ def exposed_comm(ddp_model: Any, inputs: Any, targets: torch.Tensor, loss_fn: Ca
     """Seconds per DDP step of communication not hidden: the median step minus one under ``no_sync`` (every rank)."""
     device = torch.device(device)
     steps = steps or run_sizes.pick(smoke=4, workshop=10, full=20)
+    step = lambda: train_step(ddp_model, optimizer, loss_fn, inputs, targets, device_type=device.type)  # noqa: E731
     timed: dict[bool, list[float]] = {True: [], False: []}
     for _ in range(steps + 1):
         for synced in (True, False):
             with contextlib.nullcontext() if synced else ddp_model.no_sync():
-                timed[synced].append(time_fn(lambda: train_step(ddp_model, optimizer, loss_fn, inputs, targets,
-                                                                device_type=device.type),
-                                             repeats=1, warmup=0, device=device).samples[0])
+                timed[synced].append(time_fn(step, repeats=1, warmup=0, device=device).samples[0])
     return max(0.0, statistics.median(timed[True][1:]) - statistics.median(timed[False][1:]))
 
 

@@ -54,21 +54,6 @@ def _int(env: Mapping[str, str], key: str) -> int:
         raise DistributedSetupError(f"{key}={env[key]!r} is not an integer") from None
 
 
-def _slurm_tasks_on_node(env: Mapping[str, str]) -> int:
-    """SLURM_NTASKS_PER_NODE, or this node's entry of SLURM_TASKS_PER_NODE ('2(x3),1')."""
-    if "SLURM_NTASKS_PER_NODE" in env:
-        return _int(env, "SLURM_NTASKS_PER_NODE")
-    spec = env.get("SLURM_TASKS_PER_NODE")
-    if not spec:
-        return 1
-    counts: list[int] = []
-    for part in spec.split(","):
-        n, _, times = part.rstrip(")").partition("(x")
-        counts += [int(n)] * int(times or 1)
-    node = int(env.get("SLURM_NODEID", "0"))
-    return counts[node] if node < len(counts) else counts[-1]
-
-
 def rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
     """Rank, world size and local rank from torchrun, Open MPI or SLURM variables (in that order)."""
     env = os.environ if env is None else env
@@ -83,7 +68,7 @@ def rank_info(env: Mapping[str, str] | None = None) -> RankInfo:
                         int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE", env["OMPI_COMM_WORLD_SIZE"])), "mpirun")
     if "SLURM_PROCID" in env:
         return RankInfo(_int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS"), _int(env, "SLURM_LOCALID"),
-                        _slurm_tasks_on_node(env), "slurm")
+                        int(env.get("SLURM_NTASKS_PER_NODE", "1")), "slurm")  # ddp.sbatch's --ntasks-per-node
     return RankInfo(0, 1, 0, 1, "single process")
 
 
@@ -281,8 +266,6 @@ def wait_for_all(device: Any, comm: Any) -> None:
 
 def warmup_lr(step: int, *, base_lr: float, peak_lr: float, warmup_steps: int) -> float:
     """Step ``step``'s learning rate: linear from ``base_lr`` to ``peak_lr`` at ``warmup_steps``, then constant."""
-    if step < 0:
-        raise ValueError(f"step must be >= 0, got {step}")
     if warmup_steps <= 0 or step >= warmup_steps:
         return float(peak_lr)
     return float(base_lr + (peak_lr - base_lr) * step / warmup_steps)
@@ -357,7 +340,8 @@ class _Parser(argparse.ArgumentParser):
         sys.exit(EXIT_SETUP_ERROR)
 
 
-def _parser() -> argparse.ArgumentParser:
+def parser() -> argparse.ArgumentParser:
+    """The entry point's command line; ``helpers.launch`` reads a job's options with it too."""
     p = _Parser(prog="python -m helpers.distributed", description="Train the book's CNN with DistributedDataParallel.")
     p.add_argument("--dataset", default="cifar10", choices=["fashionmnist", "cifar10"])
     p.add_argument("--backend", default="auto", choices=BACKENDS)
@@ -486,27 +470,22 @@ def _train_one(args: argparse.Namespace, seed: int, info: RankInfo, device: Any,
     return summary
 
 
-def user_errors() -> tuple[type[BaseException], ...]:
-    """Exceptions that mean 'fix your input or setup', reported as one message, not a traceback."""
-    from . import checkpoints, data, devices, run_sizes
-
-    return (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError, checkpoints.CheckpointError,
-            run_sizes.ProfileError)
-
-
 def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
     """Every distributed launch's entry point: a user error prints ``error: ...`` once (rank 0) and exits 2."""
+    from . import checkpoints, data, devices, run_sizes
+
     try:
         info = rank_info()
     except DistributedSetupError as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         sys.exit(EXIT_SETUP_ERROR)
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     os.environ.setdefault("TQDM_DISABLE", "1")
     try:
         export_torch_env(info)
         return run(args, info)
-    except user_errors() as exc:
+    except (DistributedSetupError, data.DatasetUnavailableError, devices.DeviceError, checkpoints.CheckpointError,
+            run_sizes.ProfileError) as exc:
         if info.rank == 0 or isinstance(exc, JoinError):
             print(f"error: {exc}", file=sys.stderr, flush=True)
         else:
@@ -517,9 +496,9 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any] | None:
 
 
 if __name__ == "__main__":
-    from .processes import die_with_parent, exit_without_collection, import_frozen
+    from .processes import die_with_parent, import_frozen
 
     die_with_parent()  # a rank stops when its torchrun agent or mpirun dies, even by SIGKILL
     import_frozen("torch")  # a rank starts sooner (see helpers.processes)
     main()
-    exit_without_collection()
+    gc.freeze()  # the exit skips the collection over every object left

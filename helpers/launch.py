@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
-from .distributed import DistributedSetupError
+from .distributed import DistributedSetupError, parser
 from .processes import Job, JobTimeout
 
 if TYPE_CHECKING:
@@ -54,19 +54,11 @@ def check_ranks(ranks_per_node: int, device: str = "cpu", nodes_per_host: int = 
         )
 
 
-def _entry_option(args: Sequence[str], name: str, default: str) -> str:
-    for i, a in enumerate(args):
-        if a == name and i + 1 < len(args):
-            return args[i + 1]
-        if a.startswith(name + "="):
-            return a.split("=", 1)[1]
-    return default
-
-
 def torchrun_command(nproc: int, args: Sequence[str]) -> list[str]:
     """This machine's torchrun line for ``nproc`` ranks of the entry point; refuses more pinned CPU ranks than cores."""
-    if "--no-pin" not in args:
-        check_ranks(nproc, _entry_option(args, "--device", "cpu"), int(_entry_option(args, "--nodes-per-host", "1")))
+    job = parser().parse_known_args(args)[0]
+    if not job.no_pin:
+        check_ranks(nproc, job.device, job.nodes_per_host)
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}", "--master-addr=127.0.0.1",
             f"--master-port={free_port()}", "--monitor-interval=0.5", *ENTRY, *args]
 
@@ -162,20 +154,19 @@ def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout
     return JobResult(finished.returncode, finished.seconds, finished.output, summary, error and error.group(1).strip())
 
 
-def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path, *,
-                env: Mapping[str, str] | None = None) -> "Result":
+def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path) -> "Result":
     """Run the job ``command(out_path)`` once: a Result of its median epoch after the first (the warm-up kept apart),
     accuracy, steps, world size, global batch; a failed job raises DistributedSetupError with its message."""
     out = Path(out_dir) / f"{name}.json"
-    job = _finished(name, run_job(lambda: command(out), out=out, timeout=600, env=env, retries=1))
+    job = _finished(name, run_job(lambda: command(out), out=out, timeout=600, retries=1))
     return _result(name, job.summary, job)
 
 
 def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
-            outputs: dict[str, str] | None = None, *, env: Mapping[str, str] | None = None) -> Callable[[], "Result"]:
+            outputs: dict[str, str] | None = None) -> Callable[[], "Result"]:
     """An arm for ``measure.interleaved``: a fresh job per call; ``outputs[name]`` keeps the last job's output."""
     def once() -> "Result":
-        res = measure_job(name, command, out_dir, env=env)
+        res = measure_job(name, command, out_dir)
         if outputs is not None:
             outputs[name] = res.settings["last_output"]
         return res

@@ -25,7 +25,6 @@ TERMINATE: tuple[tuple[int | None, float], ...] = ((signal.SIGTERM, 5.0), (signa
 KILL: tuple[tuple[int | None, float], ...] = ((signal.SIGKILL, 10.0),)
 POLL_S = 0.25  # how often a watcher checks that its parent is alive
 CLOSE_S = 10.0  # how long a worker told to stop gets to exit before it is killed
-_PR_SET_PDEATHSIG = 1
 
 
 class ChildError(RuntimeError):
@@ -38,8 +37,7 @@ def tail(text: str, lines: int = 5) -> str:
 
 
 def stop(procs: Sequence[subprocess.Popen], schedule: Sequence[tuple[int | None, float]] = TERMINATE) -> None:
-    """Stop ``procs`` and all they started: per ``(signal, seconds)`` of ``schedule``, signal (None: only wait) each
-    own process group and every descendant still running, then wait up to ``seconds`` for all to exit."""
+    """Stop ``procs``, their process groups and descendants: per ``(signal or None, seconds)`` signal, then wait."""
     import psutil
 
     def alive(p: Any) -> bool:
@@ -134,8 +132,7 @@ class Job:
 
     def wait(self, timeout: float, grace: float = 15.0,
              on_interrupt: Sequence[tuple[int | None, float]] = TERMINATE) -> Finished:
-        """Wait for every command (after a failure the others get ``grace`` s); past ``timeout`` s stop all and raise
-        JobTimeout; on Ctrl-C (or any error) stop all with the ``on_interrupt`` schedule and re-raise."""
+        """Wait for all (after a failure the rest get ``grace`` s); JobTimeout past ``timeout``; stop on Ctrl-C."""
         failed, timed_out = None, False  # failed: the first process that failed, and when
         try:
             while None in [p.poll() for p in self.procs]:
@@ -248,15 +245,13 @@ class Children:
         return ChildError(f"{name!r}: the child process {what} (exit {proc.returncode})" + (f":\n{err}" if err else ""))
 
 
-def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], *, stdin: Any = None, stdout: Any = None) -> None:
+def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], *, stdout: Any = None) -> None:
     """The worker's side: print the ready line, answer each request line with ``handle``, stop on STOP/EOF."""
-    busy = threading.Event()
-    if stdin is None:  # stdin is read between requests only: a watcher stops us mid-request if the parent is gone
-        threading.Thread(target=watch_parent, args=(busy, sys.stdin.fileno()), daemon=True).start()
-    stdin = stdin or sys.stdin
+    busy = threading.Event()  # stdin is read between requests: a watcher stops us mid-request if the parent is gone
+    threading.Thread(target=watch_parent, args=(busy, sys.stdin.fileno()), daemon=True).start()
     stdout = stdout or sys.stdout
     print(READY, file=stdout, flush=True)
-    for line in map(str.strip, iter(stdin.readline, "")):
+    for line in map(str.strip, iter(sys.stdin.readline, "")):
         if line == STOP:
             break
         if not line:
@@ -270,15 +265,14 @@ def serve(handle: Callable[[dict[str, Any]], dict[str, Any]], *, stdin: Any = No
 
 
 def worker_main(module: str, *, quiet_stdout: bool = False) -> NoReturn:
-    """Run this process as ``module``'s worker: ``serve`` what ``module.worker(sys.argv[1:])`` returns, torch imported
-    frozen; ``quiet_stdout``: answer on a copy of stdout, all else written there (C libraries too) goes to stderr."""
+    """``serve`` what ``module.worker(sys.argv[1:])`` returns; ``quiet_stdout``: all but the answers go to stderr."""
     protocol = None
     if quiet_stdout:
         protocol = os.fdopen(os.dup(1), "w")
         os.dup2(2, 1)
     import_frozen("torch", module)
     serve(sys.modules[module].worker(sys.argv[1:]), stdout=protocol)
-    exit_without_collection()
+    gc.freeze()  # the exit skips the collection over every object left
     sys.exit(0)
 
 
@@ -295,18 +289,13 @@ def import_frozen(*modules: str) -> None:
             gc.enable()
 
 
-def exit_without_collection() -> None:
-    """Call last in a child process: its exit skips the collection over every object left."""
-    gc.freeze()
-
-
 def die_with_parent(parent: int | None = None) -> bool:
     """Linux: get SIGTERM when the parent dies (PR_SET_PDEATHSIG); exit now if it already has. False elsewhere."""
     if not sys.platform.startswith("linux"):
         return False
     import ctypes
 
-    if ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGTERM), 0, 0, 0) != 0:
+    if ctypes.CDLL(None, use_errno=True).prctl(1, int(signal.SIGTERM), 0, 0, 0) != 0:  # 1: PR_SET_PDEATHSIG
         return False
     if orphaned(parent):  # it died before the signal was set: nobody will send it
         sys.exit(128 + signal.SIGTERM)
@@ -319,12 +308,10 @@ def orphaned(parent: int | None = None) -> bool:
     return ppid == 1 or (parent is not None and ppid != parent)
 
 
-def guard(command: Sequence[str], watch: bool | None = None) -> list[str]:
-    """``command`` behind a small wrapper that stops it (and all it starts) when this process dies.
-    ``watch``: the wrapper stays the command's parent and watches (default: off Linux, off the main thread, mpirun)."""
-    if watch is None:
-        watch = (not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread()
-                 or Path(command[0]).name in ("mpirun", "mpiexec"))
+def guard(command: Sequence[str]) -> list[str]:
+    """``command`` behind a wrapper that stops it (and all it starts) when this process dies (docs/running.md)."""
+    watch = (not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread()
+             or Path(command[0]).name in ("mpirun", "mpiexec"))
     code = "import sys; from helpers.processes import _guard; _guard(sys.argv[1:])"
     return [sys.executable, "-c", code, str(os.getpid()), "watch" if watch else "exec", "--", *command]
 

@@ -51,9 +51,6 @@ class MatmulPeak:
     repeats: int = 0
     rates: tuple[float, ...] = ()
 
-    def __bool__(self) -> bool:
-        return self.flops > 0
-
 
 def math_mode(device: torch.device | str, autocast: torch.dtype | None = None) -> str:
     """The math mode a step runs in: the autocast dtype, else fp32 -- TF32 on CUDA when matmuls or cuDNN may use it."""
@@ -83,13 +80,12 @@ def matmul_peak(device: torch.device | str = "cpu", mode: str = "fp32", n: int |
 
 
 def rates(fn: Callable[[], Any], work: float, device: torch.device | str, rounds: int, *,
-          seconds: float = 0.01, calls: int | None = None) -> list[float]:
-    """``work`` per second of ``fn``, one value per round of ``calls`` calls (default: enough to last ``seconds``)."""
+          seconds: float = 0.01) -> list[float]:
+    """``work`` per second of ``fn``, one value per round of as many calls as last ``seconds`` (doubled until)."""
+    calls = 1
     batch = lambda: [fn() for _ in range(calls)]  # noqa: E731
-    if calls is None:
-        calls = 1
-        while time_fn(batch, repeats=1, warmup=0, device=device).samples[0] < seconds:
-            calls *= 2
+    while time_fn(batch, repeats=1, warmup=0, device=device).samples[0] < seconds:
+        calls *= 2
     res = time_fn(batch, repeats=rounds, warmup=0, device=device)
     return [work * calls / s for s in res.samples]
 
@@ -126,14 +122,6 @@ def bandwidth(device: torch.device | str, nbytes: int, dtype: torch.dtype = torc
     ops = {"read": buf.sum, "write": lambda: buf.fill_(1.0), "triad": lambda: torch.add(b, c, alpha=2, out=a)}
     return {k: Roof.of(f"{k} {nbytes // 1024:,} KiB", "B/s", rates(fn, n * size, device, rounds, seconds=seconds),
                        n * size) for k, fn in ops.items()}
-
-
-def host_to_device(device: torch.device | str, nbytes: int, pinned: bool, rounds: int = 3) -> Roof:
-    """Host-to-device copy rate in bytes/s from pageable or pinned host memory."""
-    host = torch.ones(nbytes, dtype=torch.uint8, pin_memory=pinned)
-    dest = torch.empty(nbytes, dtype=torch.uint8, device=device)
-    name = f"host-to-device copy, {'pinned' if pinned else 'pageable'}"
-    return Roof.of(name, "B/s", rates(lambda: dest.copy_(host, non_blocking=pinned), nbytes, device, rounds), nbytes)
 
 
 @dataclass
@@ -198,8 +186,13 @@ def measure_roofs(device: torch.device | str = "cpu", mode: str = "fp32") -> Roo
         synced = lambda: (tiny(), devices.synchronize(device))  # noqa: E731
         roofs.launch = Roof.of("launch latency (add + synchronize)", "s",
                                [1 / r for r in rates(synced, 1, device, rounds, seconds=seconds)])
-        roofs.h2d = [host_to_device(device, run_sizes.pick(smoke=16, workshop=64, full=256) * MIB, pinned, rounds)
-                     for pinned in ((False, True) if device.type in ("cuda", "xpu") else (False,))]
+        nbytes = run_sizes.pick(smoke=16, workshop=64, full=256) * MIB
+        dest = torch.empty(nbytes, dtype=torch.uint8, device=device)
+        for pinned in (False, True) if device.type in ("cuda", "xpu") else (False,):
+            host = torch.ones(nbytes, dtype=torch.uint8, pin_memory=pinned)
+            copy = lambda: dest.copy_(host, non_blocking=pinned)  # noqa: E731
+            roofs.h2d.append(Roof.of(f"host-to-device copy, {'pinned' if pinned else 'pageable'}", "B/s",
+                                     rates(copy, nbytes, device, rounds), nbytes))
     if (others := meter.stop()).disturbed():
         roofs.notes.append(f"other processes took {others.cores:.1f} cores meanwhile: read the best rounds")
     return roofs

@@ -31,10 +31,8 @@ def run_variant(name: str, build_model: Callable[[], nn.Module], train_loader: I
                 make_optimizer: Callable[[Iterable[nn.Parameter]], torch.optim.Optimizer] | None = None,
                 device: torch.device | str = "cpu", seed: int = 0, **train_kwargs: Any) -> Result:
     """Train a fresh seeded model ``repeats`` times: warm-up = each first epoch, sample = the median of the rest."""
-    if epochs < 2:
-        raise ValueError("run_variant needs epochs >= 2 to keep the first (warm-up) epoch apart")
-    if repeats < 1:
-        raise ValueError("repeats must be >= 1")
+    if epochs < 2 or repeats < 1:
+        raise ValueError("run_variant needs epochs >= 2 (the first is warm-up, kept apart) and repeats >= 1")
     loss_fn = nn.CrossEntropyLoss()
     make_optimizer = make_optimizer or (lambda params: torch.optim.Adam(params, lr=1e-3))
     samples, warm, each = [], [], []  # each: every repeat's metrics
@@ -93,17 +91,6 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def fresh_argv(options: dict[str, Any]) -> list[str]:
-    """The command line of one variant process (``options`` with underscores, e.g. ``batch_size=64``)."""
-    argv, known = [sys.executable, "-m", "helpers.variants"], vars(_parser().parse_args([]))
-    for key, value in options.items():
-        if key not in known:
-            raise ValueError(f"unknown option {key!r}; known: {', '.join(sorted(known))}")
-        if value is not None:
-            argv += ["--" + key.replace("_", "-"), str(value)]
-    return argv
-
-
 def fresh_process_rounds(commands: Mapping[str, tuple[Sequence[str], Mapping[str, str] | None]],
                          request: Mapping[str, Any] | None = None, rounds: int | None = None, *,
                          value: Callable[[dict[str, Any]], Any] | None = None, timeout: float = 3600,
@@ -141,10 +128,16 @@ def fresh_process_rounds(commands: Mapping[str, tuple[Sequence[str], Mapping[str
 
 def fresh_rounds(envs: dict[str, dict[str, str] | None], rounds: int | None = None, *, progress: bool = True,
                  **options: Any) -> tuple[Rounds, dict[str, Any]]:
-    """The book's CNN under per-arm environments ``{name: extra env}`` in fresh processes; ``options``: its flags."""
-    if "name" in options:
-        raise ValueError("the variants are named by the keys of envs, not by a name option")
-    commands = {name: (fresh_argv({"name": name, **options}), env) for name, env in envs.items()}
+    """The book's CNN under per-arm environments ``{name: extra env}`` in fresh processes; ``options``: its flags
+    with underscores (``batch_size=64``; None: the default)."""
+    known = set(vars(_parser().parse_args([]))) - {"name"}
+    if unknown := sorted(set(options) - known):
+        raise ValueError(f"unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(known))} "
+                         "(the variants are named by the keys of envs)")
+    flags = [arg for key, value in options.items() if value is not None
+             for arg in ("--" + key.replace("_", "-"), str(value))]
+    commands = {name: ([sys.executable, "-m", "helpers.variants", "--name", name, *flags], env)
+                for name, env in envs.items()}
     return fresh_process_rounds(commands, {}, rounds, progress=progress)
 
 

@@ -19,7 +19,6 @@ from helpers.distributed import SBATCH_SCRIPT, DistributedSetupError
 MPIRUN_SCRIPT = SBATCH_SCRIPT.parent / "ddp_mpirun.sh"
 
 CORES = system.topology().physical_cores
-JOB_ENV = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke", "OMP_NUM_THREADS": "1"}
 
 
 def test_torchrun_command_line():
@@ -224,7 +223,7 @@ def test_measure_job_protocol(tmp_path):
     with pytest.raises(DistributedSetupError, match="--epochs >= 2"):
         L.measure_job("short", lambda out: _fake_job(out, [9.0]), tmp_path)
     with pytest.raises(DistributedSetupError, match="failed"):
-        L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path, env=JOB_ENV)
+        L.measure_job("bad", lambda out: [[sys.executable, "-c", "import sys; sys.exit(3)"]], tmp_path)
 
 
 def test_measure_seeds_gives_one_result_per_seed_from_one_job(tmp_path):

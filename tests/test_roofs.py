@@ -25,7 +25,7 @@ def test_matmul_peak_is_the_best_repeat_in_its_mode(monkeypatch):
     real_time_fn = roofs.time_fn
     monkeypatch.setattr(roofs, "time_fn", lambda *a, **kw: timed.append(real_time_fn(*a, **kw)) or timed[-1])
     peak = roofs.matmul_peak("cpu", "fp32", n=128, repeats=3)
-    assert peak and peak.mode == "fp32" and peak.repeats == 3 and len(timed[0].samples) == 3
+    assert peak.flops > 0 and peak.mode == "fp32" and peak.repeats == 3 and len(timed[0].samples) == 3
     assert peak.flops == pytest.approx(2 * 128**3 / timed[0].stats.minimum)
     assert sorted(peak.rates) == sorted(2 * 128**3 / s for s in timed[0].samples)
     # the best (shortest) repeat decides, not the median
@@ -34,12 +34,11 @@ def test_matmul_peak_is_the_best_repeat_in_its_mode(monkeypatch):
     with pytest.raises(ValueError, match="unknown math mode"):
         roofs.matmul_peak("cpu", "int4")
     assert roofs.math_mode("cpu", torch.float32) == "fp32"
-    assert not roofs.MatmulPeak(0.0, "fp32")
 
 
 def test_rates_are_work_per_second_per_round(monkeypatch):
     monkeypatch.setattr(roofs, "time_fn", lambda fn, repeats, **kw: measure.Result("r", [0.1, 0.2, 0.4][:repeats]))
-    assert roofs.rates(lambda: None, 5.0, "cpu", rounds=3, calls=2) == pytest.approx([100, 50, 25])
+    assert roofs.rates(lambda: None, 5.0, "cpu", rounds=3, seconds=0.05) == pytest.approx([50, 25, 12.5])  # 1 call
     called = []
 
     def one_ms_per_call(fn, repeats, **kw):  # a clock that reads 1 ms per call of the measured function

@@ -29,13 +29,16 @@ def test_run_variant_without_a_test_set_reports_the_training_loss(tiny_loaders):
     again = variants.run_variant("no-test", small_model, tiny_loaders[0], None, epochs=2, repeats=1,
                                  make_optimizer=lambda p: torch.optim.SGD(p, lr=0.05), progress=False)
     assert res.metrics["loss"] == again.metrics["loss"]  # the same seed: the same model, the same last-epoch loss
-    with pytest.raises(ValueError, match="repeats must be >= 1"):
+    with pytest.raises(ValueError, match="repeats >= 1"):
         variants.run_variant("x", small_model, *tiny_loaders, epochs=2, repeats=0)
 
 
-def test_fresh_argv_checks_options():
-    argv = variants.fresh_argv({"name": "x", "batch_size": 64, "train_size": None})
-    assert argv[1:] == ["-m", "helpers.variants", "--name", "x", "--batch-size", "64"]
+def test_fresh_rounds_check_options_and_build_each_command_line(monkeypatch):
+    seen = {}
+    monkeypatch.setattr(variants, "fresh_process_rounds", lambda commands, *a, **kw: seen.update(commands))
+    variants.fresh_rounds({"x": {"E": "1"}}, rounds=1, batch_size=64, train_size=None)
+    assert seen["x"][0][1:] == ["-m", "helpers.variants", "--name", "x", "--batch-size", "64"]
+    assert seen["x"][1] == {"E": "1"}
     with pytest.raises(ValueError, match="unknown option"):  # checked before any process starts
         variants.fresh_rounds({"a": None}, rounds=1, epochz=2)
 

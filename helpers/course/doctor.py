@@ -1,6 +1,5 @@
-"""The setup check: ``python -m helpers.course.doctor`` (``make doctor``; chapter 00 runs it too).
-``gather`` reads this machine, ``judge`` turns the facts into ok / warn / fail ``Check``s with a fix each, and
-``run`` writes results/doctor.json; the exit status is non-zero only on a fail. What and why: docs/running.md."""
+"""The setup check (``make doctor``, chapter 00): ``gather`` reads this machine, ``judge`` turns the facts into
+ok / warn / fail ``Check``s with a fix each, ``run`` writes results/doctor.json. What and why: docs/running.md."""
 
 from __future__ import annotations
 
@@ -101,15 +100,14 @@ def _version_line(path: str) -> tuple[bool, str | None]:
     return runs, ((proc.stdout if runs else proc.stderr).strip().splitlines() or [None])[0]
 
 
-def compiler_facts(env: dict[str, str] | None = None) -> dict[str, Any]:
+def compiler_facts() -> dict[str, Any]:
     """The C++ compiler torch.compile would use ($CXX, else g++ or c++), whether it runs, and Python.h."""
-    env = os.environ if env is None else env
-    wanted = env.get("CXX", "").split()
+    wanted = os.environ.get("CXX", "").split()
     path = shutil.which(wanted[0]) if wanted else shutil.which("g++") or shutil.which("c++")
     # macOS has /usr/bin/g++ and c++ even without a compiler: they fail until the tools are installed
     runs, version = _version_line(path) if path else (False, None)
     include = sysconfig.get_paths()["include"]
-    return {"cxx_env": env.get("CXX") or None, "cxx": path, "runs": runs, "version": version, "include": include,
+    return {"cxx_env": os.environ.get("CXX") or None, "cxx": path, "runs": runs, "version": version, "include": include,
             "python_h": os.path.isfile(os.path.join(include, "Python.h")),
             "python": ".".join(str(v) for v in sys.version_info[:2])}
 
@@ -219,8 +217,7 @@ def gather(imports: bool = True) -> dict[str, Any]:
 def check_python(version: Sequence[int], supported: Sequence[str], prefix: str = "", course_env: bool = True,
                  executable: str = "") -> Check:
     """The Python that runs the doctor (version, path, environment) against the ``supported`` minor versions."""
-    text = ".".join(str(v) for v in version[:3])
-    found = f"Python {text}" + (f" ({executable})" if executable else "")
+    found = f"Python {'.'.join(map(str, version[:3]))}" + (f" ({executable})" if executable else "")
     where = "" if course_env else f" (not the course environment: {prefix})"
     names = supported[0] if len(supported) == 1 else ", ".join(supported[:-1]) + " or " + supported[-1]
     install = (f"install Python {names} (the README's Prerequisites: on Ubuntu 24.04 and Debian 12/13 the system "
@@ -247,9 +244,8 @@ def check_pins(pins: Sequence[dict[str, Any]]) -> Check:
     if set(missing) & CORE_PACKAGES:
         return Check("pins", "fail", f"missing: {', '.join(missing)}",
                      "run `make setup` (it installs every pinned package)")
-    if missing or wrong:
-        found = [f"missing: {', '.join(missing)}"] if missing else []
-        found += [f"other versions: {', '.join(wrong)}"] if wrong else []
+    found = [f"{what}: {', '.join(names)}" for what, names in (("missing", missing), ("other versions", wrong)) if names]
+    if found:
         return Check("pins", "warn", "; ".join(found),
                      "run `make setup`; results may differ from the committed outputs until the pins match")
     return _ok("pins", f"all {len(pins)} pinned packages installed at their pinned versions")
@@ -314,9 +310,7 @@ def check_ipex(env: dict[str, Any], plat: dict[str, Any]) -> Check:
 
 def check_pruning(imports: dict[str, str | None] | None, versions: dict[str, str | None],
                   left_out: Sequence[str] = ()) -> Check:
-    """NNI and Torch-Pruning for chapter 06, NNI only where it is pinned.
-
-    ``imports``: the probe's {module: error}; None when it did not run (the pins check reports what is missing)."""
+    """NNI and Torch-Pruning for chapter 06 (NNI only where pinned); ``imports``: None when the probe did not run."""
     wanted, errors = wanted_imports(left_out), imports or {}
     bad = [f"{m} does not import: {errors[m]}" for m in wanted if errors.get(m)]
     if bad:
@@ -410,24 +404,24 @@ def check_compiler(compiler: dict[str, Any], system: str = "Linux") -> Check:
              "Darwin": "macOS: `xcode-select --install` (the Command Line Tools bring clang++ as c++)",
              "Windows": f"use WSL2 (Ubuntu) and, there, `sudo apt-get install g++ python{py}-dev`"}
     fix = fixes.get(system, fixes["Linux"])
-    cant = "torch.compile on the CPU cannot build its kernels (chapter 03 and the compiled arms of later chapters)"
     if compiler.get("cxx_env") and not cxx:
-        return Check("c++ compiler", "fail", f"$CXX is {compiler['cxx_env']!r}, which is not found: {cant}",
-                     f"point CXX at an installed compiler or unset it; {fix}")
-    if not cxx:
-        return Check("c++ compiler", "fail", f"no C++ compiler ($CXX unset, no g++ or c++ on PATH): {cant}", fix)
-    if not compiler.get("runs", True):
-        return Check("c++ compiler", "fail", f"{cxx} does not run ({compiler.get('version') or 'no output'}): {cant}",
-                     fix)
-    if not compiler.get("python_h"):
+        problem = f"$CXX is {compiler['cxx_env']!r}, which is not found"
+        fix = f"point CXX at an installed compiler or unset it; {fix}"
+    elif not cxx:
+        problem = "no C++ compiler ($CXX unset, no g++ or c++ on PATH)"
+    elif not compiler.get("runs", True):
+        problem = f"{cxx} does not run ({compiler.get('version') or 'no output'})"
+    elif not compiler.get("python_h"):
+        problem = f"{cxx} found, but Python.h is missing from {compiler.get('include')}"
         if system == "Darwin":
             fix = (f"reinstall Python {py} from python.org or with Homebrew (`brew install python@{py}`): "
                    "both ship the headers")
-        return Check("c++ compiler", "fail", f"{cxx} found, but Python.h is missing from {compiler.get('include')}: "
-                     f"{cant}", fix)
-    source = "$CXX" if compiler.get("cxx_env") else "PATH"
-    return _ok("c++ compiler", f"{cxx} (from {source}; {compiler.get('version') or 'version unknown'}) "
-                               "and Python.h: torch.compile can build CPU kernels")
+    else:
+        source = "$CXX" if compiler.get("cxx_env") else "PATH"
+        return _ok("c++ compiler", f"{cxx} (from {source}; {compiler.get('version') or 'version unknown'}) "
+                                   "and Python.h: torch.compile can build CPU kernels")
+    return Check("c++ compiler", "fail", f"{problem}: torch.compile on the CPU cannot build its kernels (chapter 03 "
+                 "and the compiled arms of later chapters)", fix)
 
 
 def check_platform(plat: dict[str, Any]) -> list[Check]:
@@ -498,10 +492,9 @@ def format_checks(checks: Sequence[Check]) -> str:
     return "\n".join(lines)
 
 
-def run(out: Path | str | None = None, *, imports: bool = True,
-        facts: dict[str, Any] | None = None) -> tuple[list[Check], dict[str, Any], Path]:
-    """Gather (unless ``facts`` are given), judge, write ``doctor.json``; returns checks, report, path."""
-    facts = gather(imports=imports) if facts is None else facts
+def run(out: Path | str | None = None, *, imports: bool = True) -> tuple[list[Check], dict[str, Any], Path]:
+    """Gather, judge, write ``doctor.json``; returns checks, report, path."""
+    facts = gather(imports=imports)
     checks = judge(facts)
     payload = report(checks, {**facts.get("fingerprint", {}), "machine_id": system.machine_id()})
     path = Path(out) if out is not None else results.results_dir() / "doctor.json"

@@ -1,7 +1,5 @@
-"""The workshop kit: ``python -m helpers.course.workshop submit [RUN]`` and ``... pool PATHS... --out DIR``.
-
-``submit`` (``make submit``) packs one machine's result rows without user, host or path; ``pool`` (``make pool``)
-puts many machines' side by side in ``DIR/index.md``. Also make reproduce's row reports. Why: docs/workshop.md."""
+"""The workshop kit: ``submit`` (``make submit``) packs one machine's result rows without user, host or path;
+``pool`` (``make pool``) puts many machines' side by side in ``DIR/index.md``. Also make reproduce's row reports."""
 
 from __future__ import annotations
 
@@ -14,7 +12,7 @@ import socket
 import statistics
 import sys
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -38,9 +36,8 @@ _PER = (("step", "per step"), ("phase", "per step"), ("epoch", "per epoch"), ("i
         ("batch", "per batch"))  # anything else: per run
 _QUALITY = ("accuracy", "loss", "top1", "top5", "error", "diff")
 _DATA = {"standin": "stand-in data", "real": "real data"}
-_CSV_FIELDS = ("chapter", "experiment", "variant", "metric", "unit", "median", "min", "max", "repeats",
-               "lower_is_better", "baseline", "ratio", "published", "published_ratio", "published_source",
-               "profile", "data")
+_ROW_FIELDS = [f.name for f in fields(Row)]
+_CSV_FIELDS = _ROW_FIELDS[:_ROW_FIELDS.index("fingerprint")]  # the row's own values; the machine's follow
 
 
 def private_names() -> dict[str, str]:
@@ -53,8 +50,7 @@ def private_names() -> dict[str, str]:
 
 
 def redact_text(text: str, names: dict[str, str] | None = None, *, all_paths: bool = True) -> str:
-    """``text`` without user and host names (whole words) and the home folder (``~``); ``all_paths``: every
-    absolute path becomes ``<path>`` too (for what leaves the machine)."""
+    """``text`` without user and host names and the home folder (``~``); ``all_paths``: paths too (``<path>``)."""
     names = private_names() if names is None else names
     home = names.get("home", "").rstrip("/")
     if home:
@@ -165,15 +161,12 @@ class SubmitError(ValueError):
 
 
 def rows_file(source: Path | str | None, root: Path | str) -> Path:
-    """``source`` (a rows file, a run folder's own ``rows.jsonl``), else the newest ``rows.jsonl`` of a run folder
-    under ``source`` or ``root`` (the folder's own only when it has no run)."""
+    """``source`` (a rows file, a run folder's own rows), else the newest rows of a run under ``source`` or ``root``."""
     folder = Path(root if source is None else source)
-    if source is not None and not folder.is_dir():
-        if not folder.exists():
-            raise SubmitError(f"{source} does not exist")
-        return folder
-    if source is not None and (folder / results.ROWS_FILE).exists():
-        return folder / results.ROWS_FILE
+    if source is not None and not folder.exists():
+        raise SubmitError(f"{source} does not exist")
+    if source is not None and (folder.is_file() or (folder / results.ROWS_FILE).exists()):
+        return folder if folder.is_file() else folder / results.ROWS_FILE
     found = [p for p in folder.rglob(results.ROWS_FILE) if p.stat().st_size > 0]
     found = [p for p in found if p.parent != folder] or found
     if not found:
@@ -434,12 +427,10 @@ def lever_figure(lever: Lever, machines: dict[str, Machine], path: Path) -> Path
         spans = [(c.ratio, c.ratio_low, c.ratio_high) if lever.baseline else (c.median, c.min, c.max) for _, c in shown]
         errors = [[max(0.0, value - low) if low is not None else 0.0 for value, low, _ in spans],
                   [max(0.0, high - value) if high is not None else 0.0 for value, _, high in spans]]
-        bars = ax.bar([i - 0.4 + width * (j + 0.5) for i, _ in shown], [value for value, _, _ in spans],
-                      width=width * 0.9, color=colour[m.hardware], yerr=errors, capsize=2,
-                      label=None if j and order[j - 1].hardware == m.hardware else m.hardware)
-        for bar, (_, cell) in zip(bars, shown):
-            if cell.unclear:  # the verdict does not call it: hatched, like the "~" in the table
-                bar.set_hatch("//")
+        ax.bar([i - 0.4 + width * (j + 0.5) for i, _ in shown], [value for value, _, _ in spans],
+               width=width * 0.9, color=colour[m.hardware], yerr=errors, capsize=2,
+               hatch=["//" if cell.unclear else None for _, cell in shown],  # unclear: hatched, like "~"
+               label=None if j and order[j - 1].hardware == m.hardware else m.hardware)
     pubs = [(i, lever.published[v]) for i, v in enumerate(lever.variants) if v in lever.published]
     if pubs:
         ax.scatter(*zip(*pubs), marker="D", color="black", zorder=3, label="published")
@@ -482,25 +473,6 @@ def write_index(rows: Sequence[Row], out: Path | str) -> Path:
     return files.atomic_write_text(out / "index.md", "\n".join(lines))
 
 
-def _submit(args: argparse.Namespace) -> int:
-    target, payload = submit(args.source, args.out)
-    shown = target.name if target.parent.resolve() == results.results_dir().resolve() else target
-    print(f"wrote {redact_text(str(shown), all_paths=False)} ({target.stat().st_size / 1024:.0f} KB) for machine "
-          f"{payload['machine_id']}")
-    print(payload["contents"])
-    print("Send this file to the workshop organiser; they merge everyone's with "
-          "`make pool IN=\"submission-*.json\" OUT=pooled`.")
-    return 0
-
-
-def _pool(args: argparse.Namespace) -> int:
-    rows = load(args.paths)
-    index = write_index(rows, args.out)
-    figures = len(list((Path(args.out) / "figures").glob("*.png")))
-    print(f"pooled {len(rows)} rows from {len(machines_of(rows))} machine(s): {index} and {figures} figure(s)")
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m helpers.course.workshop", description=__doc__.splitlines()[0])
     sub = p.add_subparsers(dest="command", required=True)
@@ -513,10 +485,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     pool.add_argument("--out", required=True, help="folder for index.md and the figures")
     args = p.parse_args(argv)
     try:
-        return _submit(args) if args.command == "submit" else _pool(args)
+        if args.command == "submit":
+            target, payload = submit(args.source, args.out)
+            shown = target.name if target.parent.resolve() == results.results_dir().resolve() else target
+            print(f"wrote {redact_text(str(shown), all_paths=False)} ({target.stat().st_size / 1024:.0f} KB) for "
+                  f"machine {payload['machine_id']}\n{payload['contents']}\nSend this file to the workshop "
+                  "organiser; they merge everyone's with `make pool IN=\"submission-*.json\" OUT=pooled`.")
+        else:
+            rows = load(args.paths)
+            index = write_index(rows, args.out)
+            figures = len(list((Path(args.out) / "figures").glob("*.png")))
+            print(f"pooled {len(rows)} rows from {len(machines_of(rows))} machine(s): {index} and {figures} figure(s)")
     except (ValueError, FileNotFoundError) as exc:  # SubmitError, ResultsFormatError, no inputs: one line
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    return 0
 
 
 if __name__ == "__main__":

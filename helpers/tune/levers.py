@@ -9,13 +9,12 @@ from typing import Any, Sequence
 import torch
 
 from .. import devices, openmp, system
-from .trial import TuneError, Workload
+from .trial import AUTOCAST_DTYPES, TuneError, Workload
 
 
 KINDS: tuple[str, ...] = ("threads", "omp", "channels_last", "optimizer", "autocast", "batch", "compile")
 LABELS = {"threads": "threads={}", "omp": "omp:{}", "channels_last": "channels_last", "optimizer": "opt:{}",
           "autocast": "{}", "batch": "batch x{}", "compile": "compile:{}"}  # a lever's part of a label
-CHANGES_TRAINING: tuple[str, ...] = ("batch",)  # a k-times batch takes k times fewer optimizer steps
 RETIRED = {"ipex": "IPEX is retired and needs torch 2.8, while this environment runs current PyTorch "
                    "(chapter 04 compares it with PyTorch's upstream replacements in an environment of its own)"}
 DEFAULT_COMPILE_S = {"cpu": 45.0, "cuda": 60.0}
@@ -30,8 +29,8 @@ NO_LEVER_SHARE = 0.10  # such a regime's share from which the report names it wi
 
 
 def changes_training(levers: dict[str, Any]) -> bool:
-    """True when ``levers`` hold a lever that changes the training itself (see ``CHANGES_TRAINING``)."""
-    return any(kind in levers for kind in CHANGES_TRAINING)
+    """True when ``levers`` change the training itself: a k-times batch takes k times fewer optimizer steps."""
+    return "batch" in levers
 
 
 def label(levers: dict[str, Any]) -> str:
@@ -56,22 +55,21 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
         skipped.append({"levers": levers, "label": label(levers), "reason": reason})
 
     cpu = device.type == "cpu"
-    if "threads" in wanted or "omp" in wanted:
+    if ("threads" in wanted or "omp" in wanted) and not cpu:
+        skip({"threads": "n"}, "thread count and OpenMP placement matter for CPU training; "
+                               f"this run is on {device.type}")
+    elif "threads" in wanted or "omp" in wanted:
         topo = topo or system.topology()
-        if not cpu:
-            skip({"threads": "n"}, f"thread count and OpenMP placement matter for CPU training; this run is on {device.type}")
-        else:
-            if "threads" in wanted:
-                if topo.logical_cores > 1:
-                    cands.append({"threads": 1})
-                if 1 < topo.physical_cores < topo.logical_cores:
-                    cands.append({"threads": topo.physical_cores})
-            if "omp" in wanted:
-                cands.append({"omp": "gnu-bound"})
-                if openmp.intel_openmp_library() is not None:
-                    cands.append({"omp": "intel"})
-                else:
-                    skip({"omp": "intel"}, "Intel OpenMP is not installed (pip install intel-openmp)")
+        if "threads" in wanted and topo.logical_cores > 1:
+            cands.append({"threads": 1})
+        if "threads" in wanted and 1 < topo.physical_cores < topo.logical_cores:
+            cands.append({"threads": topo.physical_cores})
+        if "omp" in wanted:
+            cands.append({"omp": "gnu-bound"})
+            if openmp.intel_openmp_library() is not None:
+                cands.append({"omp": "intel"})
+            else:
+                skip({"omp": "intel"}, "Intel OpenMP is not installed (pip install intel-openmp)")
     if "channels_last" in wanted:
         if work.input_dims == 4:
             cands.append({"channels_last": True})
@@ -81,14 +79,13 @@ def plan_levers(work: Workload, device: torch.device, kinds: Sequence[str] | Non
         cands += [{"optimizer": "foreach"}, {"optimizer": "fused"}]
     if "autocast" in wanted:
         supported = devices.autocast_dtypes(device)
-        for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        for name, dtype in AUTOCAST_DTYPES.items():
             if dtype in supported:
                 cands.append({"autocast": name})
             else:
                 skip({"autocast": name}, f"torch.autocast on {device.type} does not support {name} here")
-    if "batch" in wanted:
-        if work.batch_size >= 1 and work.input_dims >= 1:
-            cands += [{"batch": 2}, {"batch": 4}]
+    if "batch" in wanted and work.input_dims >= 1 and work.batch_size >= 1:
+        cands += [{"batch": 2}, {"batch": 4}]
     if "compile" in wanted and cpu and not (shutil.which("gcc") or shutil.which("g++") or shutil.which("cc")):
         skip({"compile": "default"}, "torch.compile on the CPU needs a C++ compiler (install gcc)")
     elif "compile" in wanted:
@@ -121,12 +118,8 @@ def attacks(levers: dict[str, Any]) -> set[str]:
 
 def regime_table() -> dict[str, list[str]]:
     """Regime -> the lever kinds that attack it (``[]`` for input and communication: see ``NO_LEVER``)."""
-    table: dict[str, list[str]] = {r: [] for r in REGIMES}
-    for kind, regime in ATTACKS.items():
-        table[regime].append(kind)
-    for (kind, value), regime in ATTACKS_BY_VALUE.items():
-        table[regime].append(f"{kind}={value}")
-    return table
+    pairs = [*ATTACKS.items(), *((f"{kind}={value}", r) for (kind, value), r in ATTACKS_BY_VALUE.items())]
+    return {regime: [kind for kind, r in pairs if r == regime] for regime in REGIMES}
 
 
 def by_diagnosis(cands: Sequence[dict[str, Any]], shares: dict[str, float] | None) -> list[dict[str, Any]]:
@@ -137,13 +130,10 @@ def by_diagnosis(cands: Sequence[dict[str, Any]], shares: dict[str, float] | Non
 
 
 def diagnosis_record(found: dict[str, Any] | None, cands: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """tune.json's ``diagnosis``: the baseline trial's regime split (``found``), the regime each planned lever
-    attacks, the first lever tried, and the regimes no lever attacks."""
+    """tune.json's ``diagnosis``: the baseline's regime split (``found``), each lever's regime and the first trial."""
     found = dict(found or {"error": "the baseline trial gave no diagnosis"})
     shares = found.get("shares") or {}
-    first = by_diagnosis(cands, shares)[0] if cands and shares else None
     return {"shares": shares, "top": found.get("top"), "line": found.get("line"), "findings": found.get("findings", []),
             "error": found.get("error"), "attacks": {label(c): sorted(attacks(c))[0] for c in cands},
-            "first_trial": None if first is None else label(first),
-            "no_lever": dict(NO_LEVER),
-            "detail": found.get("detail")}
+            "first_trial": label(by_diagnosis(cands, shares)[0]) if cands and shares else None,
+            "no_lever": dict(NO_LEVER), "detail": found.get("detail")}

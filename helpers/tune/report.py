@@ -3,11 +3,14 @@ recommendation and the lines that apply it, the figure, result rows, ``tune.json
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
 from pathlib import Path
 from typing import Any
+
+import matplotlib.pyplot as plt
 
 from .. import measure, openmp, results, system
 from ..files import atomic_write_text
@@ -22,6 +25,14 @@ INCONCLUSIVE = "inconclusive (budget)"  # best.confirmed.word when the budget le
 NO_CANDIDATE_REASON = "no lever was at least 2% faster than the baseline in its search trial, or a near miss"
 ONLY_HINTS_REASON = ("no lever that leaves the training unchanged was at least 2% faster than the baseline in its "
                      "search trial, or a near miss")
+
+
+def projected_s(t: dict[str, Any], planned_steps: int, guard_steps: int, step_ms: float | None = None) -> float:
+    """Seconds a trial (or a child's result) takes for ``planned_steps``: its cold warm-up, then the steps after the
+    guard's at ``step_ms`` (default: its median); a k-times batch takes k times fewer steps."""
+    k = int(t.get("batch_factor") or t.get("levers", {}).get("batch", 1))
+    step_ms = t["step_ms"] if step_ms is None else step_ms
+    return t["warmup_s"] + step_ms / 1000 * max(0, math.ceil(planned_steps / k) - guard_steps)
 
 
 def short_name(report: dict[str, Any]) -> str:
@@ -61,7 +72,6 @@ def confirmation_table(report: dict[str, Any]) -> Table:
                "cold warm-up (s)", "step (ms)"],
               title=f"Confirmation of {short_name(report)}: interleaved rounds against the baseline, "
                     f"totals for {report['planned_steps']} planned steps")
-    disturbed = bool(conf.get("disturbed"))
     for arm in conf.get("arms") or []:
         t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], _span(arm), arm["word"],
               arm.get("warmup_s"), arm.get("step_ms"))
@@ -80,7 +90,7 @@ def confirmation_table(report: dict[str, Any]) -> Table:
     if conf.get("attempts", 1) > 1:
         notes.append(f"{conf['attempts']} attempts: the A/A arm gave a verdict, so the comparison was measured again "
                      "as a whole.")
-    if disturbed:
+    if conf.get("disturbed"):
         notes.append("Disturbed: the A/A arm still gave a verdict, so no conclusion from this run.")
     notes.append("Roles: " + "; ".join(f"{k}: {v}" for k, v in ROLES.items()) + ".")
     t.note = " ".join(notes)
@@ -96,7 +106,7 @@ def recommendation_line(report: dict[str, Any]) -> str:
         fewer = best.get("fewer_levers")
         if fewer:
             line += (f" It has fewer levers than {fewer['over']}, which was not measurably faster than it "
-                     f"({fewer['ratio']:.2f}x, 95% interval {fewer['low']:.2f}-{fewer['high']:.2f}).")
+                     f"({fewer['ratio']:.2f}x, {_interval(fewer)}).")
         return line
     conf = report.get("confirmation") or {}
     cand = best.get("unconfirmed")
@@ -149,13 +159,9 @@ def break_even_steps(base: dict[str, Any], trial: dict[str, Any]) -> float | Non
     """Planned steps (of the planned batch) after which ``trial`` beats ``base`` (0: from the start); None if never."""
     if not (base.get("ok") and trial.get("ok")):
         return None
-    # A trial with a k-times batch needs k times fewer steps: compare per step of the planned batch.
-    per_step = trial["step_ms"] / int(trial["levers"].get("batch", 1))
-    extra_warm = trial["warmup_s"] - base["warmup_s"]
-    saved_per_step = (base["step_ms"] / int(base["levers"].get("batch", 1)) - per_step) / 1000
-    if saved_per_step <= 0:
-        return None
-    return max(0.0, extra_warm / saved_per_step)
+    base_s, trial_s = (t["step_ms"] / 1000 / int(t["levers"].get("batch", 1)) for t in (base, trial))
+    saved = base_s - trial_s
+    return max(0.0, (trial["warmup_s"] - base["warmup_s"]) / saved) if saved > 0 else None
 
 
 def diagnosis_lines(report: dict[str, Any]) -> list[str]:
@@ -200,8 +206,6 @@ def table(report: dict[str, Any], *, with_confirmation: bool = True) -> Table:
 
 def figure(report: dict[str, Any]) -> Any:
     """Horizontal bars: speed-up over the planned steps of every trial (min-max of the repeats); failures marked."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     trials = report["trials"]
     base_total = report["baseline"]["total_s"]
     fig, ax = plt.subplots(figsize=(7.5, 0.38 * len(trials) + 1.4))
@@ -227,11 +231,8 @@ def figure(report: dict[str, Any]) -> Any:
 
 def _env_path(path: str) -> str:
     """A library path written relative to the active environment ($VIRTUAL_ENV) when it lies inside it."""
-    prefix = Path(sys.prefix)
-    try:
-        return "$VIRTUAL_ENV/" + str(Path(path).relative_to(prefix))
-    except ValueError:
-        return path
+    inside = Path(path).is_relative_to(sys.prefix)
+    return "$VIRTUAL_ENV/" + str(Path(path).relative_to(sys.prefix)) if inside else path
 
 
 def apply_lines(levers: dict[str, Any], device: str = "cpu", optimizer: str = "Adam") -> dict[str, list[str]]:
@@ -287,12 +288,11 @@ def summary(report: dict[str, Any]) -> str:
             "they ran; on a quiet machine the verdict is more often decisive."] if reruns else []
     lines += ["", confirmation_line(report), *busy, recommendation_line(report)]
     lines += diagnosis_lines(report) + hint_lines(report)
-    if not best["levers"]:
-        return "\n".join(lines)
     how = apply_lines(best["levers"], report["device"], report.get("optimizer") or "Adam")
     if how["env"]:
         lines += ["\nenvironment (set before Python starts):", *("  export " + e for e in how["env"])]
-    lines += ["\ncode:", *("  " + c for c in how["code"])]
+    if how["code"]:
+        lines += ["\ncode:", *("  " + c for c in how["code"])]
     return "\n".join(lines)
 
 
@@ -312,8 +312,6 @@ def result_rows(report: dict[str, Any], chapter: str = "tune") -> list[results.R
 
 def write_outputs(report: dict[str, Any], out: Path, chapter: str = "tune") -> Path:
     """Write ``out/tune.json``, ``out/rows.jsonl`` and ``out/tune.png``; returns the tune.json path."""
-    import matplotlib.pyplot as plt  # noqa: PLC0415
-
     out.mkdir(parents=True, exist_ok=True)
     path = atomic_write_text(out / "tune.json", json.dumps(report, indent=1, default=str) + "\n")
     results.append_rows(result_rows(report, chapter), out / results.ROWS_FILE)
@@ -327,11 +325,7 @@ def rescore(report: dict[str, Any], planned_steps: int) -> Table:
     """The measured trials projected to another number of planned steps (warm-up plus median steps; no new measurement)."""
     guard = int(report.get("guard_steps", 10))
     base = report["baseline"]
-
-    def total(t: dict[str, Any]) -> float:
-        k = int(t["levers"].get("batch", 1))
-        return t["warmup_s"] + t["step_ms"] / 1000 * max(0, math.ceil(planned_steps / k) - guard)
-
+    total = functools.partial(projected_s, planned_steps=planned_steps, guard_steps=guard)
     t = Table(["trial", f"total for {planned_steps} steps (s)", "speed-up (x)"],
               title=f"{short_name(report)} projected to {planned_steps} planned steps")
     for tr in sorted((x for x in report["trials"] if x["ok"]), key=total):

@@ -1,11 +1,11 @@
 """Tune your own model (chapter 13, ``make tune``): ``python -m helpers.tune --model FILE.py:FUNC --out DIR``.
 
-Single levers in new processes within a budget, the winners combined greedily, then interleaved rounds confirm
-before anything is recommended; the method is in docs/tools.md."""
+The method (single levers within a budget, their greedy combination, a confirmation in rounds): docs/tools.md."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import os
 import shutil
@@ -15,11 +15,13 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
+import psutil
 import torch
+from tqdm.auto import tqdm
 
 from .. import devices, measure, processes, variants
 from . import report as tune_report
-from .report import AA, INCONCLUSIVE, NO_CANDIDATE_REASON, ONLY_HINTS_REASON
+from .report import AA, INCONCLUSIVE, NO_CANDIDATE_REASON, ONLY_HINTS_REASON, projected_s
 from .levers import DEFAULT_COMPILE_S, KINDS, by_diagnosis, changes_training, child_env, diagnosis_record, label, plan_levers
 from .trial import TuneError, load_workload
 
@@ -65,12 +67,10 @@ def make_trial(levers: dict[str, Any], raw: dict[str, Any], *, planned_steps: in
                              "loss_diff": None, "error": raw.get("error", ""), "wall_s": round(wall_s, 2)}
     if not trial["ok"]:
         return trial
-    k = int(raw.get("batch_factor", 1))
-    steps_left = max(0, math.ceil(planned_steps / k) - guard_steps)
     trial.update(step_ms=raw["step_ms"], spread_ms=raw["spread_ms"], samples_ms=raw["samples_ms"],
                  batch_size=raw.get("batch_size"), threads=raw.get("threads"),
-                 total_s=raw["warmup_s"] + raw["step_ms"] / 1000 * steps_left,
-                 totals_s=[raw["warmup_s"] + s / 1000 * steps_left for s in raw["samples_ms"]])
+                 total_s=projected_s(raw, planned_steps, guard_steps),
+                 totals_s=[projected_s(raw, planned_steps, guard_steps, s) for s in raw["samples_ms"]])
     ref = base_raw or raw
     scale = max(abs(ref["first_loss"]), 1e-12)
     trial["loss_diff"] = abs(raw["guard_loss"] - ref["guard_loss"]) / scale
@@ -89,8 +89,6 @@ class _Search:
 
     def __init__(self, request: dict[str, Any], budget: float, runner: Runner, planned_steps: int,
                  progress: bool, start: float, confirm_rounds: int = 0, diagnose: bool = True) -> None:
-        from tqdm.auto import tqdm  # noqa: PLC0415
-
         self.request, self.budget, self.runner = request, budget, runner
         self.planned_steps, self.start = planned_steps, start
         self.confirm_rounds, self.diagnose = confirm_rounds, diagnose
@@ -99,9 +97,8 @@ class _Search:
         self.base_raw: dict[str, Any] | None = None
         self.base_wall = 0.0
         self.compile_s: float | None = None
-        # tqdm's notebook bar ignores TQDM_DISABLE, so honour it here (CI and committed runs set it)
-        off = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
-        self.bar = tqdm(total=round(budget), unit="s", desc="tune", **({"disable": True} if off else {}),
+        off = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")  # the notebook bar's
+        self.bar = tqdm(total=round(budget), unit="s", desc="tune", disable=off,
                         bar_format="{desc}: {n:.0f}/{total:.0f} s of budget |{bar}| {postfix}")
 
     def kept(self, reserve: bool = True) -> float:
@@ -198,11 +195,10 @@ def _combine(search: _Search, singles: list[dict[str, Any]]) -> dict[str, Any] |
     for t in sorted(singles, key=lambda t: t["total_s"] if t["ok"] else math.inf):
         if is_winner(search.trials[0], t) and not changes_training(t["levers"]):
             best_per_kind.setdefault(next(iter(t["levers"])), t)
-    winners = list(best_per_kind.values())
-    if not winners:
+    if not best_per_kind:
         return None
-    current = winners[0]
-    for w in winners[1:]:
+    current, *rest = best_per_kind.values()
+    for w in rest:
         trial = search.run({**current["levers"], **w["levers"]}, "combined")
         if trial is not None and is_winner(current, trial):
             current = trial
@@ -218,10 +214,7 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
                 "left_out": [{"label": a["label"], "levers": a["levers"], "reason": "confirmation turned off",
                               "role": role(a, kept_levers)} for a in arms]}
     base_s = search.base_trial_s()
-    chosen, left_out, afford = fit_arms(arms, base_s, search.left(reserve=False), rounds, startup=search.startup_s)
-    roles = {a["label"]: role(a, kept_levers) for a in arms}
-    for x in left_out:
-        x["role"] = roles[x["label"]]
+    chosen, left_out, afford = fit_arms(arms, base_s, search.left(reserve=False), rounds, kept_levers, search.startup_s)
     if not chosen:
         first = round_s(arms[:1], base_s, search.startup_s)
         return {"word": "not confirmed", "rounds": 0, "left_out": left_out,
@@ -229,16 +222,12 @@ def confirm(search: _Search, winners: list[dict[str, Any]], kept: dict[str, Any]
                           f"rounds; a verdict needs {measure.MIN_ROUNDS} (about {first * measure.MIN_ROUNDS:.0f} s): "
                           "give a larger budget"}
     per_round = round_s(chosen, base_s)
-    steps, guard = search.planned_steps, search.request["guard_steps"]
-
-    def total(raw: dict[str, Any]) -> float:  # as make_trial projects it: cold warm-up plus the remaining steps
-        return raw["warmup_s"] + raw["step_ms"] / 1000 * max(0, math.ceil(steps / int(raw.get("batch_factor", 1))) - guard)
-
     search.bar.set_postfix_str(f"confirming {len(chosen)} setting(s)")
     # a disturbed comparison (its A/A arm got a verdict) is measured again only as often as the budget holds
     passes = int(search.left(reserve=False) // (afford * round_s(chosen, base_s, search.startup_s)))
     record = measure_arms(chosen, search.request, rounds=afford, kept=kept_levers, timeout=max(30.0, 3 * per_round),
-                          total=total, attempts=None if passes >= measure.AA_ATTEMPTS else max(1, passes),
+                          total=lambda raw: projected_s(raw, search.planned_steps, search.request["guard_steps"]),
+                          attempts=None if passes >= measure.AA_ATTEMPTS else max(1, passes),
                           runner=None if search.runner is subprocess_runner else search.runner)
     record["left_out"] = left_out
     return record
@@ -282,13 +271,10 @@ def tune(model: str, *, device: str = "auto", planned_steps: int = 1000, budget:
     near = sorted((t for t in singles if is_near_miss(base, t)), key=lambda t: t["total_s"])
     for t in near:
         t["near_miss"] = True
-    confirmation: dict[str, Any] = {"word": "no candidate", "rounds": 0, "arms": []}
-    if winners or near:
-        confirmation = confirm(search, winners + near, kept, confirm_rounds)
+    confirmation = (confirm(search, winners + near, kept, confirm_rounds) if winners or near
+                    else {"word": "no candidate", "rounds": 0, "arms": []})
     search.bar.close()
-    # the search's front-runner among what may be recommended (None: nothing to recommend): the kept
-    # combination, else the best near miss
-    front = kept if kept is not None else (near[0] if near else None)
+    front = kept or (near[0] if near else None)  # the search's front-runner among what may be recommended
     reason = ONLY_HINTS_REASON if winners else NO_CANDIDATE_REASON
     best = recommend(confirmation, base["total_s"], front, reason, _unmeasured(search, cands, confirmation))
     report = {"version": FORMAT_VERSION, "model": model, "device": devices.describe(dev),
@@ -311,8 +297,7 @@ def _unmeasured(search: _Search, cands: list[dict[str, Any]], confirmation: dict
 
 
 def role(trial: dict[str, Any], kept: dict[str, Any] | None) -> str:
-    """``hint`` (changes the training), ``candidate`` (in the ``kept`` combination, or a single near miss) or
-    ``not kept`` (the combination step dropped it)."""
+    """``hint`` (changes the training), ``candidate`` (in ``kept``, or a single near miss), else ``not kept``."""
     levers = trial["levers"]
     if changes_training(levers):
         return "hint"
@@ -322,9 +307,7 @@ def role(trial: dict[str, Any], kept: dict[str, Any] | None) -> str:
 
 def order_arms(winners: Sequence[dict[str, Any]], kept: dict[str, Any] | None) -> list[dict[str, Any]]:
     """The trials to confirm (winners and near misses), once each: candidates first, then by projected total."""
-    arms: dict[str, dict[str, Any]] = {}
-    for t in winners:
-        arms.setdefault(t["label"], t)
+    arms = {t["label"]: t for t in winners}  # a label twice is the same trial (the kept combination of one)
     return sorted(arms.values(), key=lambda t: (role(t, kept) != "candidate", t["total_s"]))
 
 
@@ -337,9 +320,10 @@ def round_s(arms: Sequence[dict[str, Any]], base_s: float, startup: Callable[[in
 
 
 def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, rounds: int,
-             startup: Callable[[int], float] = lambda n: 0.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
-    """``(chosen, left_out, rounds)``: the best few arms ``left_s`` seconds hold (at most ``MAX_ARMS``; the first
-    needs the fewest rounds that give a verdict, each further one all ``rounds``); ``startup``: see ``round_s``."""
+             kept: dict[str, Any] | None = None, startup: Callable[[int], float] = lambda n: 0.0
+             ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
+    """``(chosen, left_out with each arm's ``role``, rounds)``: the best few arms ``left_s`` seconds hold (at most
+    ``MAX_ARMS``; the first needs the fewest rounds that give a verdict, each further one all ``rounds``)."""
     chosen: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
 
@@ -358,20 +342,16 @@ def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, round
                 continue
             reason = (f"budget: {need} rounds with it would take about {need * per:.0f} s, "
                       f"{max(left_s, 0):.0f} s were left")
-        left_out.append({"label": arm["label"], "levers": dict(arm["levers"]), "reason": reason})
+        left_out.append({"label": arm["label"], "levers": dict(arm["levers"]), "reason": reason,
+                         "role": role(arm, kept)})
     return chosen, left_out, min(rounds, afford(chosen)[0]) if chosen else 0
-
-
-def _verdict(v: measure.Verdict) -> dict[str, Any]:
-    return {"ratio": v.ratio, "low": v.low, "high": v.high, "word": v.word, "rounds": v.rounds, "reason": v.reason}
 
 
 def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rounds: int, kept: dict[str, Any] | None,
                  timeout: float, total: Callable[[dict[str, Any]], float], attempts: int | None = None,
                  runner: Runner | None = None) -> dict[str, Any]:
-    """The baseline and ``arms`` (the A/A arm too from two arms on) in interleaved rounds, a new trial process per arm
-    and round (``runner``: in this process, tests); ``total(raw)`` is the value compared. Returns the confirmation
-    record of tune.json, or ``{"word": "not confirmed", "rounds": 0, "reason"}`` when a trial failed."""
+    """tune.json's confirmation: the baseline, ``arms`` (and from two on the A/A arm) in interleaved rounds, a new trial
+    process per arm and round (``runner``: in this process, tests), compared by ``total(raw)``."""
     levers = {"baseline": {}, **{a["label"]: dict(a["levers"]) for a in arms}, **({AA: {}} if len(arms) >= 2 else {})}
     requests = {name: {**request, "levers": lv, "arm": name} for name, lv in levers.items()}
 
@@ -393,21 +373,20 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
     aa = got.aa_verdict()
     out = []
     for a in arms:
-        v = _verdict(got.verdict(a["label"], "baseline"))
         out.append({"label": a["label"], "levers": dict(a["levers"]), "role": role(a, kept),
-                    "search_speedup": a.get("speedup"), **v, "totals_s": list(got.samples[a["label"]]),
+                    "search_speedup": a.get("speedup"), **dataclasses.asdict(got.verdict(a["label"], "baseline")),
+                    "totals_s": list(got.samples[a["label"]]),
                     **got.result(a["label"]).metrics})
     base = got.result("baseline").metrics
     return {"rounds": got.rounds, "attempts": got.attempts, "reruns": got.reruns, "disturbed": got.aa_failed,
-            "aa": None if aa is None else _verdict(aa), "baseline_s": list(got.samples["baseline"]),
+            "aa": None if aa is None else dataclasses.asdict(aa), "baseline_s": list(got.samples["baseline"]),
             "baseline_warmup_s": base.get("warmup_s"), "baseline_step_ms": base.get("step_ms"), "arms": out}
 
 
 def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, Any] | None,
               no_candidate_reason: str = NO_CANDIDATE_REASON, unmeasured: tuple[int, int] = (0, 0)) -> dict[str, Any]:
-    """tune.json's ``best``: the candidate arm confirmed "faster" with the fewest levers the fastest is not
-    measurably faster than; else the defaults, ``front`` named as unconfirmed (``INCONCLUSIVE`` when
-    ``unmeasured``, (N, M), says the budget left N of M candidates unmeasured)."""
+    """tune.json's ``best``: the candidate confirmed "faster" with the fewest levers within noise; else the defaults,
+    ``front`` named as unconfirmed (``INCONCLUSIVE`` when ``unmeasured``, (N, M): N of M candidates unmeasured)."""
     arms = confirmation.get("arms") or []
     disturbed = bool(confirmation.get("disturbed"))
     faster = [a for a in arms if a["role"] == "candidate" and a["word"] == "faster" and not disturbed]
@@ -420,7 +399,7 @@ def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, 
         best = {"label": pick["label"], "levers": dict(pick["levers"]), "speedup": pick["ratio"],
                 "total_s": base_total / pick["ratio"], "confirmed": _record(pick, confirmation)}
         if v is not None:
-            best["fewer_levers"] = {"over": top["label"], **_verdict(v)}
+            best["fewer_levers"] = {"over": top["label"], **dataclasses.asdict(v)}
         return best
     measured = {a["label"]: a for a in arms}
     if front is None:
@@ -441,9 +420,8 @@ def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, 
 
 def _record(arm: dict[str, Any], confirmation: dict[str, Any]) -> dict[str, Any]:
     """``best.confirmed``: the arm's verdict with how the rounds were taken."""
-    return {"ratio": arm["ratio"], "low": arm["low"], "high": arm["high"], "word": arm["word"],
-            "rounds": arm["rounds"], "reason": arm.get("reason", ""), "reruns": confirmation.get("reruns", 0),
-            "attempts": confirmation.get("attempts", 1)}
+    return {**{k: arm.get(k, "") for k in ("ratio", "low", "high", "word", "rounds", "reason")},
+            "reruns": confirmation.get("reruns", 0), "attempts": confirmation.get("attempts", 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -455,10 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--budget", type=float, default=300, help="seconds the whole search may take (default 300)")
     p.add_argument("--out", required=True, help="folder for tune.json, rows.jsonl and tune.png")
     args = p.parse_args(argv)
-    # The budget counts from the start of this process (importing torch is part of the wait).
-    import psutil  # noqa: PLC0415
-
-    started = time.perf_counter() - max(0.0, time.time() - psutil.Process().create_time())
+    started = time.perf_counter() - max(0.0, time.time() - psutil.Process().create_time())  # importing torch counts
     try:
         report = tune(args.model, device=args.device, planned_steps=args.planned_steps, budget=args.budget,
                       out=args.out, started=started)

@@ -32,8 +32,7 @@ AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class TuneError(RuntimeError):
-    """Something the reader can fix (a ``FILE.py:FUNC`` that does not load or returns the wrong thing, unknown
-    device, failing baseline)."""
+    """Something the reader can fix (a ``FILE.py:FUNC`` that does not load, an unknown device, a failing baseline)."""
 
 
 @dataclass
@@ -145,13 +144,9 @@ def run_trial(spec: str, levers: dict[str, Any], *, device: str = "cpu", guard_s
         torch.set_num_threads(int(levers["threads"]))
     work = load_workload(spec)
     k = int(levers.get("batch", 1))
-    inputs, targets = work.inputs, work.targets
-    if k > 1:
-        inputs = tuple(torch.cat([t] * k) for t in inputs)
-        targets = torch.cat([targets] * k)
     model = work.model.to(dev)
-    inputs = tuple(t.to(dev) for t in inputs)
-    targets = targets.to(dev)
+    inputs = tuple((torch.cat([t] * k) if k > 1 else t).to(dev) for t in work.inputs)
+    targets = (torch.cat([work.targets] * k) if k > 1 else work.targets).to(dev)
     if levers.get("channels_last"):
         model = model.to(memory_format=torch.channels_last)
         inputs = tuple(t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 else t for t in inputs)
@@ -219,8 +214,7 @@ def diagnose_workload(spec: str, device: str = "cpu") -> dict[str, Any]:
 
 
 def handle(request: dict[str, Any]) -> dict[str, Any]:
-    """One trial from a request (model, levers, device, guard_steps, repeats, block_s, diagnose); a failing
-    lever or diagnosis is a result with its error, not a crash."""
+    """One trial from a request (``run_trial``'s arguments, ``diagnose``); a failure is a result with its error."""
     start = time.perf_counter()
     try:
         with warnings.catch_warnings():

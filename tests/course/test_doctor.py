@@ -12,8 +12,9 @@ from helpers import arc_workloads as parity
 from helpers.course import doctor, install
 
 
-def test_run_writes_the_documented_report_and_prints_every_check(tmp_path, fake_facts):
-    found, payload, path = doctor.run(tmp_path / "doctor.json", facts=fake_facts())
+def test_run_writes_the_documented_report_and_prints_every_check(tmp_path, fake_facts, monkeypatch):
+    monkeypatch.setattr("helpers.course.doctor.gather", lambda imports: fake_facts())
+    found, payload, path = doctor.run(tmp_path / "doctor.json")
     saved = json.loads(path.read_text())
     assert set(saved) >= {"version", "fingerprint", "checks"} and saved["version"] == doctor.DOCTOR_VERSION
     assert saved["fingerprint"]["cpu_model"] == "Fake CPU" and len(saved["fingerprint"]["machine_id"]) == 16
@@ -356,17 +357,22 @@ def _fake_compiler(folder, name):
 
 
 @pytest.mark.skipif(os.name == "nt", reason="a shell-script compiler stand-in")
-def test_compiler_facts_cxx_then_path(tmp_path):
-    assert doctor.compiler_facts({})["cxx_env"] is None  # $CXX is read from the mapping given
+def test_compiler_facts_cxx_then_path(tmp_path, monkeypatch):
+    def facts(cxx):
+        monkeypatch.setenv("CXX", cxx)
+        return doctor.compiler_facts()
+
+    monkeypatch.delenv("CXX", raising=False)
+    assert doctor.compiler_facts()["cxx_env"] is None
     fake = _fake_compiler(tmp_path, "c++")
-    found = doctor.compiler_facts({"CXX": str(fake)})
+    found = facts(str(fake))
     assert found["cxx"] == str(fake) and found["version"] == "fake c++ 1.0" and found["cxx_env"] == str(fake)
     assert found["runs"] is True
-    assert doctor.compiler_facts({"CXX": str(tmp_path / "g++-99")})["cxx"] is None
+    assert facts(str(tmp_path / "g++-99"))["cxx"] is None
     broken = tmp_path / "shim"
     broken.write_text("#!/bin/sh\necho 'xcrun: error: invalid active developer path' >&2\nexit 1\n")
     broken.chmod(0o755)
-    shim = doctor.compiler_facts({"CXX": str(broken)})
+    shim = facts(str(broken))
     assert shim["cxx"] == str(broken) and shim["runs"] is False and shim["version"].startswith("xcrun: error")
     include = sysconfig.get_paths()["include"]
     assert found["include"] == include and found["python_h"] == os.path.isfile(os.path.join(include, "Python.h"))
@@ -374,9 +380,10 @@ def test_compiler_facts_cxx_then_path(tmp_path):
 
 def test_compiler_facts_search_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert doctor.compiler_facts({})["cxx"] is None
+    monkeypatch.delenv("CXX", raising=False)
+    assert doctor.compiler_facts()["cxx"] is None
     fake = _fake_compiler(tmp_path, "c++")
-    assert doctor.compiler_facts({})["cxx"] == str(fake)
+    assert doctor.compiler_facts()["cxx"] == str(fake)
     gxx = _fake_compiler(tmp_path, "g++")
-    assert doctor.compiler_facts({})["cxx"] == str(gxx)  # g++ first, as the doctor's docs say
+    assert doctor.compiler_facts()["cxx"] == str(gxx)  # g++ first, as the doctor's docs say
 

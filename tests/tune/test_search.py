@@ -449,9 +449,9 @@ def test_the_confirmation_takes_the_best_few_the_budget_holds() -> None:
     chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=20.0, rounds=8)
     assert [a["label"] for a in chosen] == ["opt:fused + bf16"] and rounds == 8
     assert all(x["reason"].startswith("budget") for x in left_out) and len(left_out) == 4
-    chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=1000.0, rounds=8)
+    chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=1000.0, rounds=8, kept=KEPT)
     assert len(chosen) == confirm.MAX_ARMS and rounds == 8
-    assert left_out == [{"label": "opt:foreach", "levers": {"optimizer": "foreach"},
+    assert left_out == [{"label": "opt:foreach", "levers": {"optimizer": "foreach"}, "role": "not kept",
                          "reason": f"a confirmation measures the best {confirm.MAX_ARMS} arms at most"}]
     assert confirm.fit_arms(arms, base_s=1.0, left_s=11.0, rounds=8)[0] == []  # 5 rounds: too few for a verdict
     assert confirm.round_s(arms[:2], 1.0) == 1.0 + 1.0 + 2.0  # baseline, A/A, two arms
