@@ -154,19 +154,21 @@ def _run_once(commands: Sequence[Sequence[str]], out: str | Path | None, timeout
     return JobResult(finished.returncode, finished.seconds, finished.output, summary, error and error.group(1).strip())
 
 
-def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path) -> "Result":
+def measure_job(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
+                env: Mapping[str, str] | None = None) -> "Result":
     """Run the job ``command(out_path)`` once: a Result of its median epoch after the first (the warm-up kept apart),
     accuracy, steps, world size, global batch; a failed job raises DistributedSetupError with its message."""
     out = Path(out_dir) / f"{name}.json"
-    job = _finished(name, run_job(lambda: command(out), out=out, timeout=600, retries=1))
+    job = _finished(name, run_job(lambda: command(out), out=out, timeout=600, env=env, retries=1))
     return _result(name, job.summary, job)
 
 
 def job_arm(name: str, command: Callable[[Path], Sequence[Sequence[str]]], out_dir: str | Path,
-            outputs: dict[str, str] | None = None) -> Callable[[], "Result"]:
-    """An arm for ``measure.interleaved``: a fresh job per call; ``outputs[name]`` keeps the last job's output."""
+            outputs: dict[str, str] | None = None, *, env: Mapping[str, str] | None = None) -> Callable[[], "Result"]:
+    """An arm for ``measure.interleaved``: a fresh job per call (``env`` added to its environment); ``outputs[name]``
+    keeps the last job's output."""
     def once() -> "Result":
-        res = measure_job(name, command, out_dir)
+        res = measure_job(name, command, out_dir, env=env)
         if outputs is not None:
             outputs[name] = res.settings["last_output"]
         return res

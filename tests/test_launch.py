@@ -258,3 +258,7 @@ def test_job_arm_runs_a_fresh_job_per_call_and_keeps_its_output(tmp_path):
     assert len(calls) == 2 and (first.samples, second.samples) == ([3.0], [4.0])  # a new job each call
     assert "done" in outputs["arm"]
     assert L.job_arm("quiet", one, tmp_path)().samples == [5.0]               # outputs are optional
+    printing = lambda out: _fake_job(out, [9.0, 2.0]) + [[sys.executable, "-c",
+                                                        "import os; print('NCCL_DEBUG=' + os.environ['NCCL_DEBUG'])"]]
+    L.job_arm("env", printing, tmp_path, outputs, env={"NCCL_DEBUG": "WARN"})()   # env reaches the job's processes
+    assert "NCCL_DEBUG=WARN" in outputs["env"]
