@@ -7,6 +7,7 @@ import argparse
 import contextlib
 import getpass
 import json
+import os
 import re
 import socket
 import statistics
@@ -487,7 +488,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "submit":
             target, payload = submit(args.source, args.out)
-            shown = target.name if target.parent.resolve() == results.results_dir().resolve() else target
+            shown = os.path.relpath(target) if target.resolve().is_relative_to(Path.cwd().resolve()) else target
             print(f"wrote {redact_text(str(shown), all_paths=False)} ({target.stat().st_size / 1024:.0f} KB) for "
                   f"machine {payload['machine_id']}\n{payload['contents']}\nSend this file to the workshop "
                   "organiser; they merge everyone's with `make pool IN=\"submission-*.json\" OUT=pooled`.")

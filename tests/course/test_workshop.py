@@ -100,10 +100,11 @@ def test_main_writes_the_file_and_reports_errors_in_one_line(tmp_path, monkeypat
     root = tmp_path / "results"
     monkeypatch.setenv("COURSE_RESULTS", str(root))
     results.write_rows(synthetic_rows(1, 2), root / "run" / results.ROWS_FILE)
+    monkeypatch.chdir(tmp_path)  # the file is named relative to where make runs, so the pool line can find it
     assert workshop.main(["submit"]) == 0
     out = capsys.readouterr().out
     written = sorted(root.glob("submission-*.json"))
-    assert len(written) == 1 and f"wrote {written[0].name} (" in out and "for machine 1111111111111111" in out
+    assert len(written) == 1 and f"wrote results/{written[0].name} (" in out and "for machine 1111111111111111" in out
     assert json.loads(written[0].read_text())["rows"][0]["experiment"] == "batch_size"
     assert workshop.main(["submit", str(tmp_path / "nothing-here")]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'nothing-here'} does not exist\n"
