@@ -1,4 +1,4 @@
-"""Fixtures of the deploy tests: ``tiny_cnn`` (a light CNN for any image size) and ``tiny_spec`` (it, served)."""
+"""Fixture of the deploy tests: ``tiny_spec``, a light CNN served as ``deploy.build_model`` would serve it."""
 
 from __future__ import annotations
 
@@ -13,12 +13,6 @@ def _tiny_cnn(in_channels: int = 3, num_classes: int = 10) -> nn.Module:
     return nn.Sequential(nn.Conv2d(in_channels, 16, 3, stride=2, padding=1), nn.ReLU(),
                          nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, num_classes))
-
-
-@pytest.fixture()
-def tiny_cnn():
-    """``tiny_cnn(in_channels=3, num_classes=10)``: a light CNN for any image size."""
-    return _tiny_cnn
 
 
 @pytest.fixture()
