@@ -120,3 +120,30 @@ def write_submission(tmp_path, fake_names):
         return path
 
     return write
+
+
+@pytest.fixture()
+def reproduce_cell(tmp_path):
+    """``reproduce_cell(code, name, others=())``: ``reproduce.run("smoke")`` over a notebook ``01_<name>`` of one code
+    cell (plus empty notebooks named in ``others``) into ``tmp_path/results``; the run folder. The caller's
+    environment comes back unchanged (asserted)."""
+    def run(code: str, name: str, others: tuple[str, ...] = ()):
+        import os
+
+        import nbformat
+        import threadpoolctl  # noqa: F401  -- sets KMP_DUPLICATE_LIB_OK on import: not reproduce's doing
+
+        from helpers.course import reproduce
+
+        nbs = tmp_path / "nbs"
+        nbs.mkdir()
+        nb = nbformat.v4.new_notebook()
+        nb.cells = [nbformat.v4.new_code_cell(code)]
+        nbformat.write(nb, nbs / f"01_{name}.ipynb")
+        for other in others:
+            nbformat.write(nbformat.v4.new_notebook(), nbs / other)
+        before = dict(os.environ)
+        folder = reproduce.run("smoke", root=tmp_path / "results", notebooks=nbs)
+        assert dict(os.environ) == before  # nothing set, nothing changed in the caller
+        return folder
+    return run

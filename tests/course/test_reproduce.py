@@ -261,30 +261,18 @@ def test_ctrl_c_stops_the_run_and_resume_finishes_it(tmp_path):
     assert state["finished"] and state["results"]["02_beta"]["status"] == "done"
 
 
-def test_rows_land_in_the_run_folder_and_render_the_report(tmp_path, monkeypatch):
-    import os
-
-    import threadpoolctl  # noqa: F401  -- sets KMP_DUPLICATE_LIB_OK on import; not ours to count
-
-    nbs = tmp_path / "nbs"
-    nbs.mkdir()
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
+def test_rows_land_in_the_run_folder_and_render_the_report(monkeypatch, reproduce_cell):
+    monkeypatch.delenv("COURSE_RESULTS", raising=False)
+    monkeypatch.setenv("COURSE_PROFILE", "workshop")
+    monkeypatch.delenv("COURSE_DATA", raising=False)
+    run = reproduce_cell(
         "import os\nfrom helpers import results\n"
         "print(os.environ['COURSE_RESULTS'])\n"
         "fp = {'cpu_model': 'x', 'machine_id': 'abc'}\n"
         "results.append_rows(results.make_rows('01', 'batch', {'b32': [2.0, 2.1, 1.9], 'b256': [1.0, 1.1, 0.9]},"
         " metric='epoch_time', unit='s', baseline='b32', fingerprint=fp))\n"
         "results.append_rows(results.make_rows('01', 'batch', {'b32': [81.0], 'b256': [79.0]}, metric='accuracy',"
-        " unit='%', baseline='b32', lower_is_better=False, fingerprint=fp))")]
-    nbformat.write(nb, nbs / "01_rows.ipynb")
-    nbformat.write(nbformat.v4.new_notebook(), nbs / "00_setup_check.ipynb")
-    monkeypatch.delenv("COURSE_RESULTS", raising=False)
-    monkeypatch.setenv("COURSE_PROFILE", "workshop")
-    monkeypatch.delenv("COURSE_DATA", raising=False)
-    before = dict(os.environ)
-    run = reproduce.run("smoke", root=tmp_path / "r", notebooks=nbs)
-    assert dict(os.environ) == before  # nothing set, nothing changed in the caller
+        " unit='%', baseline='b32', lower_is_better=False, fingerprint=fp))", "rows", others=("00_setup_check.ipynb",))
     state = json.loads((run / "state.json").read_text())
     assert state["chapters"] == ["01_rows"]  # the setup check is not a chapter to reproduce
     rows = results_of(run)

@@ -9,11 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import nbformat
 import pytest
 
 from helpers import results
-from helpers.course import reproduce, workshop
+from helpers.course import workshop
 from helpers.tables import fmt
 
 def test_submission_leaks_no_user_host_or_path(fake_names, synthetic_rows, write_submission):
@@ -109,34 +108,27 @@ def test_main_writes_the_file_and_reports_errors_in_one_line(tmp_path, monkeypat
     assert workshop.main(["submit", str(tmp_path / "nothing-here")]) == 2
     assert capsys.readouterr().err == f"error: {tmp_path / 'nothing-here'} does not exist\n"
 
-def real_smoke_run(tmp_path, monkeypatch):
+
+def real_smoke_run(tmp_path, monkeypatch, reproduce_cell):
     """A real (tiny) make-reproduce run: a notebook that measures and appends rows via COURSE_RESULTS."""
-    nbs = tmp_path / "nbs"
-    nbs.mkdir()
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_code_cell(
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the machine salt goes to a temporary cache
+    (tmp_path / "home").mkdir()
+    run = reproduce_cell(
         "from helpers import measure, results\n"
         "res = [measure.time_fn(lambda: sum(range(20000)), repeats=3, name='sum'),\n"
         "       measure.time_fn(lambda: sum(range(10000)), repeats=3, name='half')]\n"
-        "results.append_rows(results.rows_from_results('01', 'toy_sum', res, baseline='sum', metric='call_time'))")]
-    nbformat.write(nb, nbs / "01_toy.ipynb")
-    import threadpoolctl  # noqa: F401  -- sets KMP_DUPLICATE_LIB_OK when imported: not reproduce's doing
-
-    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # the machine salt goes to a temporary cache
-    (tmp_path / "home").mkdir()
-    before = dict(os.environ)
-    run = reproduce.run("smoke", root=tmp_path / "results", notebooks=nbs)
-    assert dict(os.environ) == before  # the caller's environment is left alone
+        "results.append_rows(results.rows_from_results('01', 'toy_sum', res, baseline='sum', metric='call_time'))",
+        "toy")
     assert (run / results.ROWS_FILE).exists(), (run / "report.md").read_text()
     return run
 
 
 def test_pool_three_synthetic_submissions_and_a_real_smoke_run(tmp_path, monkeypatch, synthetic_rows,
-                                                               write_submission):
+                                                               write_submission, reproduce_cell):
     subs = [write_submission("submission-a.json", synthetic_rows(1, 2)),
             write_submission("submission-b.json", synthetic_rows(2, 8, amx=True, slow=0.5)),
             write_submission("submission-c.json", synthetic_rows(3, 16, gpu="NVIDIA H100", slow=1.9, noisy=True))]
-    run = real_smoke_run(tmp_path, monkeypatch)
+    run = real_smoke_run(tmp_path, monkeypatch, reproduce_cell)
     real_sub, payload = workshop.submit(run, out=tmp_path / "submission-real.json")
     assert payload["version"] == workshop.SUBMISSION_VERSION and payload["rows"]
     rows = workshop.load(subs + [real_sub])
