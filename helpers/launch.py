@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 
 ENTRY = ["-m", "helpers.distributed"]
 _ERROR_LINE = re.compile(r"^error: (.+)$", re.M)  # the entry point's own message, printed once by rank 0
-_JOIN_FAILED = ("could not join the job", "connectFullMesh failed")  # the ranks could not connect
+_JOIN_FAILED = ("could not join the job", "connectFullMesh failed", "EADDRINUSE")  # could not connect; port taken
 
 
 def free_port() -> int:

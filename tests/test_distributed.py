@@ -22,6 +22,7 @@ from helpers import checkpoints, models, system
 TINY = ["--dataset", "fashionmnist", "--train-size", "256", "--test-size", "128", "--batch-size", "32", "--epochs", "2"]
 MPIRUN_SCRIPT = D.SBATCH_SCRIPT.parent / "ddp_mpirun.sh"
 JOB_ENV = {"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke", "OMP_NUM_THREADS": "1"}
+PORT_RETRIES = 2  # a parallel test can take a free port before rank 0 binds it: run_job retries on a new one
 one_rank_per_core = system.topology().physical_cores >= 2
 needs_two_cores = pytest.mark.skipif(not one_rank_per_core, reason="2-rank jobs pin one rank per physical core")
 
@@ -437,8 +438,8 @@ def test_bad_option_is_reported_once():
 @needs_two_cores
 def test_torchrun_two_ranks_with_portable_checkpoint(tmp_path):
     out, ckpt = tmp_path / "job.json", tmp_path / "ckpt.pt"
-    job = L.run_job([L.torchrun_command(2, TINY + ["--checkpoint", str(ckpt), "--out", str(out)])], out=out,
-                    timeout=180, env=JOB_ENV)
+    job = L.run_job(lambda: [L.torchrun_command(2, TINY + ["--checkpoint", str(ckpt), "--out", str(out)])], out=out,
+                    timeout=180, env=JOB_ENV, retries=PORT_RETRIES)
     assert job.returncode == 0, job.output[-2000:]
     s = job.summary
     assert s["world_size"] == 2 and s["backend"] == "gloo" and s["launcher"] == "torchrun"
@@ -456,8 +457,10 @@ def test_torchrun_two_ranks_with_portable_checkpoint(tmp_path):
 
     # a rank killed after epoch 1 under torchrun --max-restarts 1: every rank restarts from the checkpoint
     out2, ckpt2 = tmp_path / "restarted.json", tmp_path / "ckpt2.pt"
-    cmd = L.torchrun_command(2, TINY + ["--checkpoint", str(ckpt2), "--out", str(out2), "--crash-rank", "1"])
-    job = L.run_job([cmd[:4] + ["--max-restarts=1"] + cmd[4:]], out=out2, timeout=240, env=JOB_ENV)
+    def restarting():
+        cmd = L.torchrun_command(2, TINY + ["--checkpoint", str(ckpt2), "--out", str(out2), "--crash-rank", "1"])
+        return [cmd[:4] + ["--max-restarts=1"] + cmd[4:]]
+    job = L.run_job(restarting, out=out2, timeout=240, env=JOB_ENV, retries=PORT_RETRIES)
     assert job.returncode == 0, job.output[-2000:]
     assert "simulated failure" in job.output and job.summary["resumed_from"] == [1, 0]
     restarted = torch.load(ckpt2, weights_only=True)["model"]
@@ -466,11 +469,14 @@ def test_torchrun_two_ranks_with_portable_checkpoint(tmp_path):
 
 @needs_two_cores
 def test_two_nodes_on_localhost_use_different_cores(tmp_path):
-    out, port = tmp_path / "job.json", L.free_port()
-    cmds = [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1", f"--node-rank={r}",
-             "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "helpers.distributed", *TINY,
-             "--nodes-per-host", "2", "--out", str(out)] for r in (0, 1)]
-    job = L.run_job(cmds, out=out, timeout=180, env=JOB_ENV)
+    out = tmp_path / "job.json"
+
+    def cmds():
+        port = L.free_port()
+        return [[sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc-per-node=1",
+                 f"--node-rank={r}", "--master-addr=127.0.0.1", f"--master-port={port}", "-m", "helpers.distributed",
+                 *TINY, "--nodes-per-host", "2", "--out", str(out)] for r in (0, 1)]
+    job = L.run_job(cmds, out=out, timeout=180, env=JOB_ENV, retries=PORT_RETRIES)
     assert job.returncode == 0, job.output[-2000:]
     assert job.summary["world_size"] == 2 and job.summary["replicas_identical"] is True
     cpus = [ln.split("cpus ")[1].split(",")[0] for ln in L.rank_lines(job.output)]
@@ -483,9 +489,9 @@ def test_mpirun_launcher_two_ranks(tmp_path):
     """The launcher script with a one-host hostfile: MASTER_ADDR is that host, two ranks train."""
     out, hosts = tmp_path / "job.json", tmp_path / "hosts"
     hosts.write_text("localhost slots=2\n")
-    env = {**JOB_ENV, "PYTHON": sys.executable, "MASTER_PORT": str(L.free_port())}
-    job = L.run_job([["bash", str(MPIRUN_SCRIPT), str(hosts), "2", *TINY, "--out", str(out)]], out=out,
-                    timeout=180, env=env)
+    env = {**JOB_ENV, "PYTHON": sys.executable}
+    job = L.run_job(lambda: [["env", f"MASTER_PORT={L.free_port()}", "bash", str(MPIRUN_SCRIPT), str(hosts), "2",
+                              *TINY, "--out", str(out)]], out=out, timeout=180, env=env, retries=PORT_RETRIES)
     assert job.returncode == 0, job.output[-2000:]
     assert "MASTER_ADDR=localhost" in job.output
     assert job.summary["launcher"] == "mpirun" and job.summary["world_size"] == 2
@@ -511,10 +517,12 @@ def test_sbatch_script_runs_the_entry_point(tmp_path):
     for f in bin_dir.iterdir():
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, **JOB_ENV, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
-           "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "1",
-           "MASTER_PORT": str(L.free_port())}
-    proc = subprocess.run(["bash", str(D.SBATCH_SCRIPT), *TINY], env=env, cwd=tmp_path, capture_output=True,
-                          text=True, timeout=180)
+           "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "1"}
+    for _ in range(PORT_RETRIES + 1):  # a new port when a parallel test took the free one first
+        proc = subprocess.run(["bash", str(D.SBATCH_SCRIPT), *TINY], env={**env, "MASTER_PORT": str(L.free_port())},
+                              cwd=tmp_path, capture_output=True, text=True, timeout=180)
+        if "could not join the job" not in proc.stdout + proc.stderr:
+            break
     assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
     summary = json.loads((tmp_path / "results" / "ddp-42.json").read_text())
     assert summary["launcher"] == "slurm" and summary["world_size"] == 2 and summary["replicas_identical"]

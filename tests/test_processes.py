@@ -246,18 +246,19 @@ PARENT = textwrap.dedent("""
         proc.wait()
     else:  # the real launchers; stand-in ranks that do not import torch, but for "torchrun-real"
         RANK = [sys.executable, "-c", "import time; print('stand-in rank', flush=True); time.sleep(120)"]
-        marker = "stand-in rank"
-        if kind == "torchrun-real":
-            line, marker = launch.torchrun_command(2, ENTRY), ": all_reduce(rank+1)"
-        elif kind == "torchrun":
-            line = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                    f"--master-port={launch.free_port()}", "--no-python", *RANK]
-        else:  # mpirun's own line, with the stand-in for the entry point
-            line = ["mpirun", *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "--oversubscribe",
-                    "--bind-to", "none", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x",
-                    f"MASTER_PORT={launch.free_port()}", *RANK]
+        marker = ": all_reduce(rank+1)" if kind == "torchrun-real" else "stand-in rank"
+
+        def line():  # a new port on every attempt: a parallel test may take the free one first
+            if kind == "torchrun-real":
+                return [launch.torchrun_command(2, ENTRY)]
+            if kind == "torchrun":
+                return [[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                         f"--master-port={launch.free_port()}", "--no-python", *RANK]]
+            return [["mpirun", *(["--allow-run-as-root"] if os.geteuid() == 0 else []), "--oversubscribe",
+                     "--bind-to", "none", "-np", "2", "-x", "MASTER_ADDR=127.0.0.1", "-x",
+                     f"MASTER_PORT={launch.free_port()}", *RANK]]  # mpirun's own line, stand-in ranks
         threading.Thread(target=ranks_started, args=(marker,), daemon=True).start()
-        launch.run_job([line], timeout=120, env={"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke"})
+        launch.run_job(line, timeout=120, env={"COURSE_DATA": "standin", "COURSE_PROFILE": "smoke"}, retries=2)
 """)
 
 
@@ -380,12 +381,12 @@ def test_a_two_rank_job_leaves_no_folder(tmp_path, monkeypatch):
     monkeypatch.setattr("tempfile.tempdir", None)  # gettempdir() reads TMPDIR again
     before = _elastic_folders(tmp_path), sorted(tmp_path.iterdir())
     assert before == ([], [])
-    torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
-                f"--master-port={launch.free_port()}", "--no-python"]
-    show = ["sh", "-c", 'ls -d "$TMPDIR"/torchelastic_*']
-    ok = launch.run_job([torchrun + show], timeout=120)
+    def torchrun(*rank):  # a new port on every attempt: a parallel test may take the free one first
+        return lambda: [[sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                         f"--master-port={launch.free_port()}", "--no-python", *rank]]
+    ok = launch.run_job(torchrun("sh", "-c", 'ls -d "$TMPDIR"/torchelastic_*'), timeout=120, retries=2)
     assert ok.returncode == 0 and str(launch.scratch_root()) in ok.output and "torchelastic_" in ok.output
-    failed = launch.run_job([torchrun + ["false"]], timeout=120)
+    failed = launch.run_job(torchrun("false"), timeout=120, retries=2)
     assert failed.returncode != 0
     assert _elastic_folders(tmp_path) == [] and sorted(tmp_path.iterdir()) == []  # the jobs' root folder too
 
