@@ -15,8 +15,8 @@ from .data import (IMAGENET_MEAN, IMAGENET_STD, StandInImages, heavy_pipeline, i
 from .devices import (available_devices, describe as describe_device, get_device, grad_scaler_supported,
                       is_available as device_available, low_precision_dtype, synchronize)
 from .diagnose import REGIME_LEVERS, diagnose_step, loader_wait, phase_times, training_step_flops
-from .measure import (AA_PREFIX, DISTURBED, Result, Rounds, aa_name, aa_passes, interleaved, sample_long_enough,
-                      time_fn, with_aa)
+from .measure import (AA_PREFIX, DISTURBED, Result, Rounds, aa_name, aa_passes, interleaved, reading,
+                      sample_long_enough, time_fn, with_aa)
 from .models import book_cnn, count_parameters, torchvision_model
 from .plots import round_ratios, speedup_bars
 from .processes import Children, Job

@@ -81,11 +81,8 @@ class Rounds:
 
     def note(self) -> str:
         """What the table's reader needs to know about how these rounds were taken."""
-        m, k = self.design, self.rounds
-        order = (f"a complete Williams design ({k // m} x {m} orders)" if k % m == 0
-                 else f"approximately balanced ({min(k, m)} of {m} orders)" if m > 12
-                 else f"incomplete design ({k} of {m} orders)")
-        text = (f"{k} interleaved rounds, {order}, every variant built afresh each round; "
+        k = self.rounds
+        text = (f"{k} interleaved rounds, {design_text(k, self.design)}, every variant built afresh each round; "
                 f"speed-up = baseline/variant (Hodges-Lehmann estimate) with its 95% interval, bounds rounded outward; "
                 f"verdict by helpers.measure.verdict (> {1 + MIN_EFFECT:.2f}x or < {1 - MIN_EFFECT:.2f}x for the whole interval).")
         if k >= MIN_ROUNDS and k > 1:
@@ -127,7 +124,7 @@ class Rounds:
                 cells: list[Any] = [1.0, "-", "baseline"]
             else:
                 v = self.verdict(name, base)
-                cells = [v.ratio, v.interval, aa_word(v) if name.startswith(AA_PREFIX) else v.label]
+                cells = [v.ratio, v.interval, reading(name, v)]
             table.add(name, s.median * scale, s.minimum * scale, s.maximum * scale, *cells,
                       *[values[m][i] for m in metrics])
         return table
@@ -167,11 +164,32 @@ def aa_word(v: Verdict) -> str:
     return "A/A passed (contains 1.0)" if aa_passes(v) else "A/A failed (excludes 1.0)"
 
 
+def design_text(rounds: int, design: int) -> str:
+    """How balanced ``rounds`` rounds of a Williams design of ``design`` orders are, in words for a table note."""
+    if rounds % design == 0:
+        return f"a complete Williams design ({rounds // design} x {design} orders)"
+    if design > 12:
+        return f"approximately balanced ({min(rounds, design)} of {design} orders)"
+    if rounds < design:
+        return f"incomplete design ({rounds} of {design} orders)"
+    return f"incomplete design ({rounds} rounds, not a whole multiple of {design} orders)"
+
+
+def reading(name: str, v: Verdict) -> str:
+    """The verdict cell of arm ``name``: pass or fail for an A/A arm, else the word with what the run could see."""
+    return aa_word(v) if name.startswith(AA_PREFIX) else v.label
+
+
 def complete_rounds(arms: int, rounds: int = ROUNDS) -> int:
     """The smallest whole multiple of the Williams design's length >= ``rounds``; ``rounds`` itself when it is > 12."""
     m = len(williams_orders(arms))
     whole = -(-rounds // m) * m
     return whole if whole <= 12 or whole == rounds else rounds
+
+
+def planned_rounds(arms: int, rounds: int) -> int:
+    """The rounds ``interleaved`` runs when asked for ``rounds``: completed at workshop and full, as asked in smoke."""
+    return rounds if run_sizes.current_profile() == "smoke" else complete_rounds(arms, rounds)
 
 
 def aa_name(baseline: str) -> str:
@@ -208,8 +226,7 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
     attempts = run_sizes.pick(smoke=1, workshop=AA_ATTEMPTS, full=AA_ATTEMPTS) if attempts is None else attempts
     if rounds < 1 or warmup_rounds < 0 or attempts < 1:
         raise ValueError("rounds and attempts must be >= 1, warmup_rounds >= 0")
-    if run_sizes.current_profile() != "smoke":
-        rounds = complete_rounds(len(names), rounds)
+    rounds = planned_rounds(len(names), rounds)
     max_reruns = run_sizes.pick(smoke=0, workshop=rounds // 2, full=rounds // 2) if max_reruns is None else max_reruns
     aa = [n for n in names if n.startswith(AA_PREFIX)]
     if any(aa_baseline(name) not in variants for name in aa):

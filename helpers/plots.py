@@ -7,7 +7,7 @@ from typing import Sequence
 import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
-from .measure import MIN_EFFECT, Result, Rounds, verdict
+from .measure import MIN_EFFECT, Result, Rounds, reading, verdict
 
 
 def speedup_bars(results: Sequence[Result] | Rounds, baseline: str | None = None, title: str = "",
@@ -66,7 +66,7 @@ def round_ratios(rounds: Rounds, variants: Sequence[str] | None = None, baseline
         shift = (k - (len(names) - 1) / 2) * 0.12
         v = rounds.verdict(name, base)
         dots = ax.scatter([i + 1 + shift for i in range(n)], ratios, zorder=3,
-                          label=f"{name}: {v.ratio:.2f}x, interval {v.interval}, {v.word}")
+                          label=f"{name}: {v.ratio:.2f}x, interval {v.interval}, {reading(name, v)}")
         color = dots.get_facecolor()[0]
         ax.axhline(v.ratio, color=color, lw=1.2)
         if not v.reason:

@@ -232,3 +232,29 @@ def test_no_measurable_difference_says_what_the_run_could_see():
     assert t.column("verdict")[2] == "A/A passed (contains 1.0)"
     assert "from the A/A arm's log-ratio noise" in t.note
     assert r.noise() == pytest.approx(measure.log_noise([b / a for b, a in zip(base, reversed(base))]))
+
+
+def test_design_text_says_how_balanced_the_rounds_are():
+    assert measure.design_text(8, 4) == "a complete Williams design (2 x 4 orders)"
+    assert measure.design_text(10, 10) == "a complete Williams design (1 x 10 orders)"
+    assert measure.design_text(3, 4) == "incomplete design (3 of 4 orders)"
+    assert measure.design_text(6, 4) == "incomplete design (6 rounds, not a whole multiple of 4 orders)"
+    assert measure.design_text(12, 14) == "approximately balanced (12 of 14 orders)"
+
+
+@pytest.mark.parametrize("profile, arms, asked, runs", [("workshop", 5, 8, 10), ("workshop", 4, 7, 8),
+                                                         ("full", 2, 9, 10), ("smoke", 5, 8, 8),
+                                                         ("workshop", 7, 13, 13)])  # > 12: as asked
+def test_planned_rounds_are_what_interleaved_runs(monkeypatch, profile, arms, asked, runs):
+    monkeypatch.setenv("COURSE_PROFILE", profile)
+    assert measure.planned_rounds(arms, asked) == runs
+    r = measure.interleaved({f"arm{i}": (lambda: 1.0) for i in range(arms)}, asked, progress=False, max_reruns=0)
+    assert r.rounds == runs
+
+
+def test_reading_is_the_aa_check_for_an_aa_arm_and_the_label_otherwise():
+    v = measure.Verdict(1.01, 0.95, 1.08, measure.NO_DIFFERENCE, 8, detectable=1.27)
+    assert measure.reading("b", v) == "no measurable difference (could see ≥ 27%)"
+    assert measure.reading(measure.aa_name("b"), v) == "A/A passed (contains 1.0)"
+    fast = measure.Verdict(1.2, 1.1, 1.3, "faster", 8, detectable=1.27)
+    assert measure.reading("b", fast) == "faster" and measure.reading(measure.aa_name("b"), fast).startswith("A/A failed")

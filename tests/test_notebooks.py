@@ -234,6 +234,45 @@ def test_committed_comparisons_carry_a_passing_aa_arm(nb):
             assert not problems, f"{nb.name}: {problems}"
 
 
+def unstated_power(text):
+    """Lines of one printed output that read "no measurable difference" for a time without the effect the run
+    could see (accuracy comparisons print their interval in points instead; runs with fewer than
+    MIN_ROUNDS rounds have no estimate and say so)."""
+    if "Fewer than" in text:
+        return []
+    found, lines, header = [], text.splitlines(), ""
+    for i, ln in enumerate(lines):
+        if i and ln.strip() and not set(ln) - {"-", " "}:
+            header = lines[i - 1]  # a table's header: its rows follow until a blank line
+        elif not ln.strip():
+            header = ""
+        elif ("no measurable difference" in ln and "could see" not in ln and "points" not in header
+              and not re.search(r"points|paired seeds|\d+ seeds\)", ln)):
+            found.append(ln.strip())
+    return found
+
+
+def test_unstated_power_is_caught():
+    assert unstated_power("a vs b: 0.93x [0.82-1.11] no measurable difference") != []
+    assert unstated_power("a vs b: 0.93x [0.82-1.11] no measurable difference (could see ≥ 27%)") == []
+    assert unstated_power("bf16 vs fp32: +0.0 points (95% interval -1.9 to +1.9, 3 paired seeds): "
+                          "no measurable difference") == []
+    assert unstated_power("b  63.6% (sd 18.6, 44.8-81.9, 3 seeds)  -22.6  no measurable difference") == []
+    table = ["model  against unpruned (points)  word", "-----  -------------------------  ----",
+             "s50                       -2.183  no measurable difference"]
+    assert unstated_power("\n".join(table)) == []  # an accuracy table: its interval is in points
+    assert unstated_power("\n".join(table).replace("(points)", "(x)      ")) != []
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda p: p.name)
+def test_every_committed_no_difference_says_what_the_run_could_see(nb):
+    """DESIGN.md, "The power the run had": a timing that found no difference prints the effect it could see."""
+    for cell in code_cells(nb):
+        for o in cell["outputs"]:
+            problems = unstated_power("".join(o.get("text") or o.get("data", {}).get("text/plain", "")))
+            assert not problems, f"{nb.name}: {problems}"
+
+
 def test_the_aa_rule_reads_the_committed_tables():
     """Guards the test above against passing vacuously: if the tables' note or layout changed, the
     reader would find no table and every notebook would pass."""

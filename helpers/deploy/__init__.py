@@ -232,7 +232,7 @@ def results_table(found: Sequence[EngineResult], baseline: str | None = None, ti
             cells: list[Any] = [1.0, "-", "baseline"]
         else:
             v = base.rounds.verdict(r.name, base.name)
-            cells = [v.ratio, v.interval, measure.aa_word(v) if r.name.startswith(measure.AA_PREFIX) else v.label]
+            cells = [v.ratio, v.interval, measure.reading(r.name, v)]
         m = r.metrics
         table.add(r.name, r.precision, r.throughput, r.latency_ms, 1e3 * min(r.samples), 1e3 * max(r.samples),
                   *cells, m["export_s"], m["load_s"], _first_call(r), m["max_abs_diff"], 100 * m["top1_agreement"])
@@ -283,7 +283,7 @@ def answers_table(accuracy: Mapping[str, float], same: Mapping[str, float], n: i
 
 def verdicts_line(runs: Sequence[EngineResult]) -> str:
     """Each engine against the first, then the largest difference from eager and the lowest top-1 agreement."""
-    line = "; ".join(f"{r.name} {v.ratio:.2f}x [{v.interval}] {v.word}"
+    line = "; ".join(f"{r.name} {v.ratio:.2f}x [{v.interval}] {measure.reading(r.name, v)}"
                      for r, v in ((r, verdict(runs, r.name)) for r in runs[1:]))
     worst = max(runs, key=lambda r: r.metrics["max_abs_diff"])
     return (f"{line}\n  max |diff| {worst.metrics['max_abs_diff']:.1e} ({worst.name}); lowest top-1 agreement "
@@ -319,7 +319,7 @@ def published_vs_yours(runs: Sequence[EngineResult], published_rows: Sequence[An
     for r in runs:
         v = verdict(runs, r.name)
         table.add("yours", f"{r.name} ({r.precision})", r.throughput, v.ratio,
-                  runs[0].name if r is runs[0] else f"{runs[0].name} ({v.interval}: {v.word})")
+                  runs[0].name if r is runs[0] else f"{runs[0].name} ({v.interval}: {measure.reading(r.name, v)})")
     return table
 
 

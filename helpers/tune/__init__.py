@@ -7,7 +7,7 @@ import importlib
 
 _HOMES = {"tune": "search", "TuneError": "trial", "NO_LEVER": "levers", "regime_table": "levers",
           **{n: "report" for n in ("result_rows", "summary", "figure", "rescore", "break_even_steps", "table",
-                                   "recommendation_line")}}
+                                   "recommendation_line", "verdict_of")}}
 
 
 def __getattr__(name: str):

@@ -3,6 +3,7 @@ recommendation and the lines that apply it, the figure, result rows, ``tune.json
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -40,8 +41,18 @@ def short_name(report: dict[str, Any]) -> str:
     return str(report["model"]).replace("\\", "/").rsplit("/", 1)[-1]
 
 
+def verdict_of(v: dict[str, Any]) -> measure.Verdict:
+    """A verdict stored in tune.json (``dataclasses.asdict``) as the object that words it (``.label``, ``.interval``)."""
+    return measure.Verdict(**{f.name: v[f.name] for f in dataclasses.fields(measure.Verdict) if f.name in v})
+
+
+def _word(v: dict[str, Any]) -> str:
+    """The verdict's word, with the effect the run could see after "no measurable difference"."""
+    return verdict_of(v).label
+
+
 def _span(v: dict[str, Any]) -> str:
-    return "-" if v.get("reason") else f"{v['low']:.2f}-{v['high']:.2f}"
+    return "-" if v.get("reason") else verdict_of(v).interval
 
 
 def _interval(v: dict[str, Any]) -> str:
@@ -62,7 +73,7 @@ def confirmation_line(report: dict[str, Any]) -> str:
         return f"Not confirmed: {conf.get('reason', '')}"
     name = best["label"] if best["levers"] else (best.get("unconfirmed") or {}).get("label", "the candidate")
     return (f"Confirmation: {name} vs the baseline in {conf['rounds']} interleaved rounds, each a new process with an "
-            f"empty compile cache: {conf['ratio']:.2f}x ({_interval(conf)}): {conf['word']}.")
+            f"empty compile cache: {conf['ratio']:.2f}x ({_interval(conf)}): {_word(conf)}.")
 
 
 def confirmation_table(report: dict[str, Any]) -> Table:
@@ -73,18 +84,20 @@ def confirmation_table(report: dict[str, Any]) -> Table:
               title=f"Confirmation of {short_name(report)}: interleaved rounds against the baseline, "
                     f"totals for {report['planned_steps']} planned steps")
     for arm in conf.get("arms") or []:
-        t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], _span(arm), arm["word"],
+        t.add(arm["label"], arm["role"], arm.get("search_speedup"), arm["ratio"], _span(arm), _word(arm),
               arm.get("warmup_s"), arm.get("step_ms"))
     if conf.get("aa"):
-        t.add(AA, "check", None, conf["aa"]["ratio"], _span(conf["aa"]), conf["aa"]["word"], None, None)
+        t.add(AA, "check", None, conf["aa"]["ratio"], _span(conf["aa"]), measure.aa_word(verdict_of(conf["aa"])),
+              None, None)
     for arm in conf.get("left_out") or []:
         trial = next((x for x in report["trials"] if x["label"] == arm["label"]), {})
         t.add(arm["label"], arm.get("role", "-"), trial.get("speedup"), None, "-",
               f"not measured: {arm['reason']}", None, None)
     notes = []
     if conf.get("rounds"):
-        notes.append(f"{conf['rounds']} interleaved rounds, each setting a new process with an empty compile cache "
-                     "every round (the baseline's cold warm-up: "
+        design = f", {measure.design_text(conf['rounds'], conf['design'])}" if conf.get("design") else ""
+        notes.append(f"{conf['rounds']} interleaved rounds{design}, each setting a new process with an empty compile "
+                     "cache every round (the baseline's cold warm-up: "
                      f"{conf.get('baseline_warmup_s') or 0:.2f} s, its step {conf.get('baseline_step_ms') or 0:.3g} ms; "
                      "medians over rounds); verdict by helpers.measure.verdict.")
     if conf.get("attempts", 1) > 1:
@@ -144,7 +157,7 @@ def hint_lines(report: dict[str, Any]) -> list[str]:
         same = f"the samples of {planned:,} steps of batch {base_batch}"
         if t["label"] in measured:
             arm = measured[t["label"]]
-            what = (f"{arm['ratio']:.2f}x ({_interval(arm)}): {arm['word']} in {arm['rounds']} interleaved rounds, "
+            what = (f"{arm['ratio']:.2f}x ({_interval(arm)}): {_word(arm)} in {arm['rounds']} interleaved rounds, "
                     f"over {steps} ({same})")
         else:
             why = left[t["label"]]["reason"] if t["label"] in left else "no confirmation ran"

@@ -323,28 +323,32 @@ def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, round
              kept: dict[str, Any] | None = None, startup: Callable[[int], float] = lambda n: 0.0
              ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], int]:
     """``(chosen, left_out with each arm's ``role``, rounds)``: the best few arms ``left_s`` seconds hold (at most
-    ``MAX_ARMS``; the first needs the fewest rounds that give a verdict, each further one all ``rounds``)."""
+    ``MAX_ARMS``; the first needs the fewest rounds that give a verdict, each further one all ``rounds``, both
+    completed to a whole Williams design as ``measure.interleaved`` runs them)."""
     chosen: list[dict[str, Any]] = []
     left_out: list[dict[str, Any]] = []
-
-    def afford(trial: Sequence[dict[str, Any]]) -> tuple[int, float]:
-        per = round_s(trial, base_s, startup)
-        return (int(left_s // per) if per > 0 else rounds), per
+    runs = 0
 
     for arm in arms:
         if len(chosen) >= MAX_ARMS:
             reason = f"a confirmation measures the best {MAX_ARMS} arms at most"
         else:
-            can, per = afford([*chosen, arm])
+            trial = [*chosen, arm]
+            per = round_s(trial, base_s, startup)
+            can = int(left_s // per) if per > 0 else rounds
             need = min(rounds, measure.MIN_ROUNDS) if not chosen else rounds
-            if can >= need:
+            names = 1 + len(trial) + (len(trial) >= 2)  # the baseline, the arms, the A/A arm from two arms on
+            fits = [r for r in (measure.planned_rounds(names, x) for x in range(min(rounds, can), need - 1, -1)) if r <= can]
+            if fits:
                 chosen.append(arm)
+                runs = fits[0]
                 continue
+            need = measure.planned_rounds(names, need)
             reason = (f"budget: {need} rounds with it would take about {need * per:.0f} s, "
                       f"{max(left_s, 0):.0f} s were left")
         left_out.append({"label": arm["label"], "levers": dict(arm["levers"]), "reason": reason,
                          "role": role(arm, kept)})
-    return chosen, left_out, min(rounds, afford(chosen)[0]) if chosen else 0
+    return chosen, left_out, runs
 
 
 def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rounds: int, kept: dict[str, Any] | None,
@@ -378,7 +382,8 @@ def measure_arms(arms: Sequence[dict[str, Any]], request: dict[str, Any], *, rou
                     "totals_s": list(got.samples[a["label"]]),
                     **got.result(a["label"]).metrics})
     base = got.result("baseline").metrics
-    return {"rounds": got.rounds, "attempts": got.attempts, "reruns": got.reruns, "disturbed": got.aa_failed,
+    return {"rounds": got.rounds, "design": got.design, "attempts": got.attempts, "reruns": got.reruns,
+            "disturbed": got.aa_failed,
             "aa": None if aa is None else dataclasses.asdict(aa), "baseline_s": list(got.samples["baseline"]),
             "baseline_warmup_s": base.get("warmup_s"), "baseline_step_ms": base.get("step_ms"), "arms": out}
 
@@ -421,7 +426,8 @@ def recommend(confirmation: dict[str, Any], base_total: float, front: dict[str, 
 def _record(arm: dict[str, Any], confirmation: dict[str, Any]) -> dict[str, Any]:
     """``best.confirmed``: the arm's verdict with how the rounds were taken."""
     return {**{k: arm.get(k, "") for k in ("ratio", "low", "high", "word", "rounds", "reason")},
-            "reruns": confirmation.get("reruns", 0), "attempts": confirmation.get("attempts", 1)}
+            "detectable": arm.get("detectable"), "reruns": confirmation.get("reruns", 0),
+            "attempts": confirmation.get("attempts", 1)}
 
 
 def main(argv: Sequence[str] | None = None) -> int:

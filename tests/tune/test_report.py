@@ -219,12 +219,14 @@ def test_nothing_was_confirmed_is_said_only_when_a_confirmation_ran(hand_report,
     disturbed = hand_report({}, {"word": word, "ratio": 1.31, "low": 1.2, "high": 1.4, "rounds": 8},
                             {"label": "bf16", "search_speedup": 1.31},
                             confirmation={"rounds": 8, "disturbed": True, "attempts": 2,
-                                          "aa": {"ratio": 1.2, "low": 1.1, "high": 1.3, "word": "faster", "reason": ""},
+                                          "aa": {"ratio": 1.2, "low": 1.1, "high": 1.3, "word": "faster", "rounds": 8,
+                                                 "reason": ""},
                                           "arms": [make_arm("bf16", {"autocast": "bf16"}, 1.31, word=word)]})
     assert "disturbed, so they give no conclusion" in tune_report.recommendation_line(disturbed)
     assert tune_report.confirmation_line(disturbed).endswith(f": {word}.")
     table = tune_report.confirmation_table(disturbed)
-    assert table.column("verdict") == [word, "faster"] and "2 attempts" in table.note and "Disturbed" in table.note
+    assert table.column("verdict") == [word, "A/A failed (excludes 1.0)"]  # the A/A row says whether it passed
+    assert "2 attempts" in table.note and "Disturbed" in table.note
 
 
 def test_the_confirmation_line_gives_the_reason_when_there_is_no_interval_and_budget_skips_are_counted(hand_report) -> None:
@@ -242,3 +244,19 @@ def test_a_batch_trial_that_was_not_faster_gives_no_hint(hand_report) -> None:
     report["trials"][3]["speedup"] = 1.1
     (hint,) = tune_report.hint_lines(report)
     assert "1.10x in its one search trial" in hint and "not confirmed (no confirmation ran)" in hint
+
+
+def test_the_confirmation_table_names_its_design_and_what_no_difference_could_see(hand_report, make_arm) -> None:
+    arm = {**make_arm("bf16", {"autocast": "bf16"}, 1.01, word=measure.NO_DIFFERENCE, low=0.93, high=1.1,
+                      rounds=10), "detectable": 1.27}
+    aa = {"ratio": 0.99, "low": 0.92, "high": 1.07, "word": measure.NO_DIFFERENCE, "rounds": 10, "reason": ""}
+    report = hand_report({}, None, {"label": "bf16", "search_speedup": 1.31},
+                         confirmation={"rounds": 10, "design": 10, "attempts": 1, "disturbed": False, "aa": aa,
+                                       "arms": [arm, make_arm("x", {"batch": 2}, 1.0, word=measure.NO_DIFFERENCE,
+                                                              rounds=10)]})
+    table = tune_report.confirmation_table(report)
+    assert table.column("verdict") == ["no measurable difference (could see ≥ 27%)", "no measurable difference",
+                                       "A/A passed (contains 1.0)"]  # no estimate stored: no claim
+    assert table.note.startswith("10 interleaved rounds, a complete Williams design (1 x 10 orders), each setting")
+    report["best"]["confirmed"] = {**arm, "reruns": 0, "attempts": 1}
+    assert tune_report.confirmation_line(report).endswith("0.93-1.10): no measurable difference (could see ≥ 27%).")

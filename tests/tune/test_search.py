@@ -440,7 +440,7 @@ WINNERS = [t("batch x2", {"batch": 2}, 5.0), t("opt:foreach", {"optimizer": "for
            t("opt:fused + bf16", KEPT, 6.0), t("bf16", {"autocast": "bf16"}, 7.0)]
 
 
-def test_the_confirmation_takes_the_best_few_the_budget_holds() -> None:
+def test_the_confirmation_takes_the_best_few_the_budget_holds(monkeypatch) -> None:
     arms = confirm.order_arms(WINNERS, KEPT)
     # what may be recommended first (lowest projected total first), then the rest: hints and levers not kept
     assert [a["label"] for a in arms] == ["opt:fused + bf16", "bf16", "opt:fused", "batch x2", "opt:foreach"]
@@ -450,9 +450,16 @@ def test_the_confirmation_takes_the_best_few_the_budget_holds() -> None:
     assert [a["label"] for a in chosen] == ["opt:fused + bf16"] and rounds == 8
     assert all(x["reason"].startswith("budget") for x in left_out) and len(left_out) == 4
     chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=1000.0, rounds=8, kept=KEPT)
-    assert len(chosen) == confirm.MAX_ARMS and rounds == 8
+    assert len(chosen) == confirm.MAX_ARMS and rounds == 12  # 6 arms with the baseline and A/A: 2 x 6 orders
     assert left_out == [{"label": "opt:foreach", "levers": {"optimizer": "foreach"}, "role": "not kept",
                          "reason": f"a confirmation measures the best {confirm.MAX_ARMS} arms at most"}]
+    # 60 s: three arms (5 with the baseline and A/A, 5 s a round) take a complete design of 10 rounds; a fourth
+    # would need 12 rounds of 6 s, so it stays out rather than run an incomplete design or over the budget
+    chosen, left_out, rounds = confirm.fit_arms(arms, base_s=1.0, left_s=60.0, rounds=8, kept=KEPT)
+    assert len(chosen) == 3 and rounds == 10 and 10 * confirm.round_s(chosen, 1.0) <= 60
+    assert left_out[0]["reason"] == "budget: 12 rounds with it would take about 72 s, 60 s were left"
+    monkeypatch.setenv("COURSE_PROFILE", "smoke")  # smoke runs keep the rounds asked for
+    assert confirm.fit_arms(arms, base_s=1.0, left_s=1000.0, rounds=8, kept=KEPT)[2] == 8
     assert confirm.fit_arms(arms, base_s=1.0, left_s=11.0, rounds=8)[0] == []  # 5 rounds: too few for a verdict
     assert confirm.round_s(arms[:2], 1.0) == 1.0 + 1.0 + 2.0  # baseline, A/A, two arms
     # starting the processes is paid from the same budget: 9 s of it leave 5 rounds, too few
