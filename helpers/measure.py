@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -236,7 +235,7 @@ def interleaved(variants: Mapping[str, Callable[[], Any]], rounds: int | None = 
             variants[name]()
     from tqdm.auto import tqdm
 
-    off = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")  # CI, committed runs
+    off = run_sizes.bars_off(progress)  # CI and committed runs set TQDM_DISABLE
     design = [[names[i] for i in order] for order in williams_orders(len(names))]
     for attempt in range(1, attempts + 1):
         out = Rounds(names, {n: [] for n in names}, {n: [] for n in names}, {n: [] for n in names}, unit=unit,

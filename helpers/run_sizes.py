@@ -1,4 +1,5 @@
-"""Run sizes and switches from the environment: ``COURSE_PROFILE`` (``pick``), ``COURSE_DATA``, ``COURSE_OPTIONAL``."""
+"""Run sizes and switches from the environment: ``COURSE_PROFILE`` (``pick``), ``COURSE_DATA``, ``COURSE_OPTIONAL``,
+``TQDM_DISABLE``."""
 
 from __future__ import annotations
 
@@ -61,3 +62,8 @@ def describe() -> str:
     note = " (synthetic stand-in images, not the real dataset)" if source == "standin" else ""
     optional = "" if optional_parts() else " optional parts=off"
     return f"profile={current_profile()} data={source}{note}{optional}"
+
+
+def bars_off(show: bool = True) -> bool:
+    """Whether a progress bar stays off: not ``show``, or ``TQDM_DISABLE`` set (tqdm's notebook bar ignores it)."""
+    return not show or os.environ.get("TQDM_DISABLE", "").strip().lower() in ("1", "true", "yes")

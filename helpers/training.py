@@ -6,7 +6,6 @@ import contextlib
 import itertools
 import math
 import operator
-import os
 import signal
 import threading
 import time
@@ -18,7 +17,7 @@ from typing import Any, Iterable, Iterator
 import torch
 from torch import nn
 
-from . import devices
+from . import devices, run_sizes
 from .checkpoints import fresh_progress, restore, save_checkpoint, training_state
 from .step import LossFn, train_step
 
@@ -76,9 +75,7 @@ def _progress_bar(loader: Iterable, epochs: int, max_steps_per_epoch: int | None
 
     limit = math.inf if max_steps_per_epoch is None else max_steps_per_epoch
     steps_per_epoch = min(operator.length_hint(loader), limit)  # 0: not known
-    # tqdm's notebook bar ignores TQDM_DISABLE, so honour it here (CI and committed runs set it)
-    off = not show or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")
-    bar = tqdm(total=steps_per_epoch * epochs or None, desc=desc, unit="step", disable=off)
+    bar = tqdm(total=steps_per_epoch * epochs or None, desc=desc, unit="step", disable=run_sizes.bars_off(show))
     bar.steps_per_epoch = steps_per_epoch
     return bar
 

@@ -62,3 +62,10 @@ def test_optional_parts_default_on_and_switch_off(monkeypatch):
     monkeypatch.setenv("COURSE_OPTIONAL", "sometimes")
     with pytest.raises(run_sizes.ProfileError, match="COURSE_OPTIONAL='sometimes'.*Use 1"):
         run_sizes.optional_parts()
+
+
+@pytest.mark.parametrize("value, off", [("", False), ("1", True), ("true", True), (" YES ", True), ("0", False)])
+def test_bars_off_follows_tqdm_disable_and_the_caller(monkeypatch, value, off):
+    monkeypatch.setenv("TQDM_DISABLE", value)
+    assert run_sizes.bars_off() is off
+    assert run_sizes.bars_off(show=False) is True

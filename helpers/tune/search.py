@@ -19,7 +19,7 @@ import psutil
 import torch
 from tqdm.auto import tqdm
 
-from .. import devices, measure, processes, variants
+from .. import devices, measure, processes, run_sizes, variants
 from . import report as tune_report
 from .report import AA, INCONCLUSIVE, NO_CANDIDATE_REASON, ONLY_HINTS_REASON, projected_s
 from .levers import DEFAULT_COMPILE_S, KINDS, by_diagnosis, changes_training, child_env, diagnosis_record, label, plan_levers
@@ -97,8 +97,7 @@ class _Search:
         self.base_raw: dict[str, Any] | None = None
         self.base_wall = 0.0
         self.compile_s: float | None = None
-        off = not progress or os.environ.get("TQDM_DISABLE", "").lower() in ("1", "true", "yes")  # the notebook bar's
-        self.bar = tqdm(total=round(budget), unit="s", desc="tune", disable=off,
+        self.bar = tqdm(total=round(budget), unit="s", desc="tune", disable=run_sizes.bars_off(progress),
                         bar_format="{desc}: {n:.0f}/{total:.0f} s of budget |{bar}| {postfix}")
 
     def kept(self, reserve: bool = True) -> float:
