@@ -518,16 +518,14 @@ def test_sbatch_script_runs_the_entry_point(tmp_path):
         f.chmod(f.stat().st_mode | stat.S_IEXEC)
     env = {**os.environ, **JOB_ENV, "PATH": f"{bin_dir}:{Path(sys.executable).parent}:{os.environ['PATH']}",
            "SLURM_JOB_NODELIST": "localhost", "SLURM_JOB_ID": "42", "SLURM_CPUS_PER_TASK": "1"}
-    for _ in range(PORT_RETRIES + 1):  # a new port when a parallel test took the free one first
-        proc = subprocess.run(["bash", str(D.SBATCH_SCRIPT), *TINY], env={**env, "MASTER_PORT": str(L.free_port())},
-                              cwd=tmp_path, capture_output=True, text=True, timeout=180)
-        if "could not join the job" not in proc.stdout + proc.stderr:
-            break
-    assert proc.returncode == 0, proc.stdout[-1500:] + proc.stderr[-1500:]
-    summary = json.loads((tmp_path / "results" / "ddp-42.json").read_text())
+    job = L.run_job(lambda: [["env", "-C", str(tmp_path), f"MASTER_PORT={L.free_port()}", "bash", str(D.SBATCH_SCRIPT),
+                              *TINY]], out=tmp_path / "results" / "ddp-42.json", timeout=180, env=env,
+                    retries=PORT_RETRIES)  # env -C: the script writes results/ where it is submitted
+    assert job.returncode == 0, job.output[-3000:]
+    summary = job.summary
     assert summary["launcher"] == "slurm" and summary["world_size"] == 2 and summary["replicas_identical"]
     assert summary["cpus"] == [0]  # srun's CPU set (taskset -c 0 for task 0), not re-split
-    assert "cpus [1]" in proc.stdout
+    assert "cpus [1]" in job.output
 
 
 @pytest.mark.parametrize("rank,error,printed", [

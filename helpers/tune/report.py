@@ -42,7 +42,7 @@ def short_name(report: dict[str, Any]) -> str:
 
 
 def verdict_of(v: dict[str, Any]) -> measure.Verdict:
-    """A verdict stored in tune.json (``dataclasses.asdict``) as the object that words it (``.label``, ``.interval``)."""
+    """A verdict stored in tune.json (``dataclasses.asdict``) as the object that words it (``label``, ``interval``)."""
     return measure.Verdict(**{f.name: v[f.name] for f in dataclasses.fields(measure.Verdict) if f.name in v})
 
 

@@ -337,7 +337,8 @@ def fit_arms(arms: Sequence[dict[str, Any]], base_s: float, left_s: float, round
             can = int(left_s // per) if per > 0 else rounds
             need = min(rounds, measure.MIN_ROUNDS) if not chosen else rounds
             names = 1 + len(trial) + (len(trial) >= 2)  # the baseline, the arms, the A/A arm from two arms on
-            fits = [r for r in (measure.planned_rounds(names, x) for x in range(min(rounds, can), need - 1, -1)) if r <= can]
+            planned = (measure.planned_rounds(names, x) for x in range(min(rounds, can), need - 1, -1))
+            fits = [r for r in planned if r <= can]  # the most rounds of a complete design the budget holds
             if fits:
                 chosen.append(arm)
                 runs = fits[0]
